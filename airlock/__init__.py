@@ -1,0 +1,3 @@
+"""Airlock: a health gate for Slurm GPU clusters."""
+
+__version__ = "0.1.0"

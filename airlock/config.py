@@ -1,0 +1,268 @@
+"""One TOML config file, validated on load.
+
+The path comes from $AIRLOCK_CONFIG, else /etc/airlock/airlock.toml. Every key has a default, so a
+minimal (even empty) file works. Errors name the file, the key and the problem.
+
+Sections are plain dataclasses. A module that owns a section lists it in SECTIONS (as
+"module:Class", imported lazily) so the quick path never imports what it does not use.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import os
+import tomllib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from airlock.errors import ConfigError
+
+DEFAULT_PATH = "/etc/airlock/airlock.toml"
+ENV_VAR = "AIRLOCK_CONFIG"
+LEVELS = ("quick", "standard", "deep")
+
+
+@dataclass
+class SlurmSection:
+    bin_dir: str = ""  # where scontrol/sinfo live; "" = $PATH then the usual places
+    conf: str = ""  # exported as SLURM_CONF to every Slurm command when set
+    timeout: float = 15.0  # seconds for one scontrol/sinfo call
+
+    def validate(self) -> None:
+        _positive(self.timeout, "timeout")
+
+
+@dataclass
+class RegistrationSection:
+    enabled: bool = True
+    level: str = "standard"
+    suite_timeout: float = 1800.0  # hard limit on the whole detached suite, seconds
+    # Tolerance when comparing boot times (now - uptime drifts by clock adjustments).
+    boot_tolerance: float = 10.0
+
+    def validate(self) -> None:
+        _choice(self.level, LEVELS, "level")
+        _positive(self.suite_timeout, "suite_timeout")
+
+
+@dataclass
+class HealthcheckSection:
+    level: str = "quick"
+    budget: float = 30.0  # whole hook budget; Slurm kills HealthCheckProgram at 60 s
+
+    def validate(self) -> None:
+        _choice(self.level, ("quick",), "level")
+        _positive(self.budget, "budget")
+        if self.budget >= 55:
+            raise ValueError("budget: must stay below Slurm's 60 s HealthCheckProgram kill")
+
+
+@dataclass
+class NvmlSection:
+    # A JSON file describing simulated GPUs per node (tests, demos). "" = real NVML.
+    simulate: str = ""
+    timeout: float = 5.0  # watchdog on the whole NVML gather
+
+    def validate(self) -> None:
+        _positive(self.timeout, "timeout")
+
+
+@dataclass
+class ProfileSection:
+    name: str = ""  # "" = pick by detected GPU model and count
+    expected_gpus: int = -1  # -1 = from the profile
+
+    def validate(self) -> None:
+        if self.expected_gpus < -1:
+            raise ValueError("expected_gpus: must be -1 (from profile) or a count >= 0")
+
+
+@dataclass
+class CheckDefaults:
+    timeout: float = 300.0  # per check, seconds
+    confirm_runs: int = 1  # re-runs of a failing check before it counts as a failure
+
+    def validate(self) -> None:
+        _positive(self.timeout, "timeout")
+        if self.confirm_runs < 0:
+            raise ValueError("confirm_runs: must be >= 0")
+
+
+@dataclass
+class BurninSection:
+    dtypes: list[str] = field(default_factory=lambda: ["fp32"])
+    duration: float = 20.0  # seconds of GEMM per dtype on GPU; CPU runs a fixed small amount
+    size: int = 0  # matrix edge; 0 = chosen by device
+    cpu_size: int = 256
+    cpu_iterations: int = 20
+    timeout: float = 600.0
+
+    def validate(self) -> None:
+        for d in self.dtypes:
+            _choice(d, ("fp32", "tf32", "fp16", "bf16"), "dtypes")
+        _positive(self.timeout, "timeout")
+        if self.size < 0 or self.cpu_size <= 0 or self.cpu_iterations <= 0:
+            raise ValueError("size/cpu_size/cpu_iterations: must be positive")
+
+
+SECTIONS: dict[str, str] = {
+    "slurm": "airlock.config:SlurmSection",
+    "registration": "airlock.config:RegistrationSection",
+    "healthcheck": "airlock.config:HealthcheckSection",
+    "nvml": "airlock.config:NvmlSection",
+    "profile": "airlock.config:ProfileSection",
+    "checks": "airlock.config:CheckDefaults",
+    "burnin": "airlock.config:BurninSection",
+}
+
+TOP_LEVEL: dict[str, tuple[type, Any]] = {
+    "state_dir": (str, "/var/lib/airlock"),  # node-local results and hook state
+    "shared_dir": (str, ""),  # optional shared results directory the controller can read
+    "log_dir": (str, "/var/log/airlock"),
+}
+
+
+class Config:
+    """The loaded config: top-level keys as attributes, sections loaded on first access."""
+
+    def __init__(self, raw: dict[str, Any], path: str):
+        self.path = path
+        self._raw = raw
+        self._sections: dict[str, Any] = {}
+        for key, (typ, default) in TOP_LEVEL.items():
+            setattr(self, key, _coerce(raw.get(key, default), typ, key, path))
+        unknown = set(raw) - set(TOP_LEVEL) - set(SECTIONS)
+        if unknown:
+            raise ConfigError(f"config {path}: unknown key '{sorted(unknown)[0]}'")
+        for name in raw:
+            if name in SECTIONS:
+                self.section(name)  # validate everything present at load time
+
+    def section(self, name: str) -> Any:
+        if name not in self._sections:
+            if name not in SECTIONS:
+                raise ConfigError(f"config {self.path}: no section [{name}] is known")
+            self._sections[name] = _build(_resolve(SECTIONS[name]), self._raw.get(name, {}),
+                                          name, self.path)
+        return self._sections[name]
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_") or name not in SECTIONS:
+            raise AttributeError(name)
+        return self.section(name)
+
+    @property
+    def state_path(self) -> Path:
+        return Path(self.state_dir)
+
+
+def load(path: str | os.PathLike | None = None) -> Config:
+    path = str(path or os.environ.get(ENV_VAR) or DEFAULT_PATH)
+    try:
+        with open(path, "rb") as fh:
+            raw = tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"config {path}: file not found (set ${ENV_VAR})") from None
+    except PermissionError:
+        raise ConfigError(f"config {path}: permission denied") from None
+    except IsADirectoryError:
+        raise ConfigError(f"config {path}: is a directory, not a file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config {path}: invalid TOML: {exc}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"config {path}: not UTF-8 text") from None
+    return Config(raw, path)
+
+
+def from_dict(raw: dict[str, Any], path: str = "<dict>") -> Config:
+    return Config(raw, path)
+
+
+def _resolve(spec: str) -> type:
+    module, _, cls = spec.partition(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def _build(cls: type, raw: Any, where: str, path: str) -> Any:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"config {path}: [{where}] must be a table, got {type(raw).__name__}")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = set(raw) - names
+    if unknown:
+        raise ConfigError(f"config {path}: [{where}] unknown key '{sorted(unknown)[0]}'")
+    values = {k: _coerce(v, hints[k], f"[{where}] {k}", path) for k, v in raw.items()}
+    obj = cls(**values)
+    validate = getattr(obj, "validate", None)
+    if validate:
+        try:
+            validate()
+        except ValueError as exc:
+            raise ConfigError(f"config {path}: [{where}] {exc}") from None
+    return obj
+
+
+def _coerce(value: Any, typ: Any, key: str, path: str) -> Any:
+    origin = typing.get_origin(typ)
+    if dataclasses.is_dataclass(typ):
+        return _build(typ, value, key, path)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(typ)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(value, arg, key, path)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(errors[0])
+    if origin is list:
+        (item,) = typing.get_args(typ)
+        if not isinstance(value, list):
+            raise _type_error(key, "a list", value, path)
+        return [_coerce(v, item, f"{key}[{i}]", path) for i, v in enumerate(value)]
+    if origin is dict:
+        _, item = typing.get_args(typ)
+        if not isinstance(value, dict):
+            raise _type_error(key, "a table", value, path)
+        return {str(k): _coerce(v, item, f"{key}.{k}", path) for k, v in value.items()}
+    if typ is Any:
+        return value
+    if typ is bool:
+        if not isinstance(value, bool):
+            raise _type_error(key, "true or false", value, path)
+        return value
+    if typ is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise _type_error(key, "an integer", value, path)
+        return value
+    if typ is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise _type_error(key, "a number", value, path)
+        return float(value)
+    if typ is str:
+        if not isinstance(value, str):
+            raise _type_error(key, "a string", value, path)
+        return value
+    raise ConfigError(f"config {path}: {key}: unsupported type {typ}")
+
+
+def _type_error(key: str, expected: str, value: Any, path: str) -> ConfigError:
+    return ConfigError(f"config {path}: {key}: expected {expected}, got {value!r}")
+
+
+def _positive(value: float, name: str) -> None:
+    if not value > 0:
+        raise ValueError(f"{name}: must be > 0, got {value}")
+
+
+def _choice(value: str, choices: tuple[str, ...], name: str) -> None:
+    if value not in choices:
+        raise ValueError(f"{name}: must be one of {', '.join(choices)}, got {value!r}")

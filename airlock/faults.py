@@ -1,0 +1,60 @@
+"""Fault injection switches for tests and demos. All are off unless explicitly set.
+
+Two sources, merged (the environment wins):
+  * $AIRLOCK_FAULTS, e.g. "gemm_corrupt=1,slow_device=0:0.5" (for `airlock check` by hand);
+  * the NVML simulation file, per node: {"nodes": {"node3": {"faults": {"hang_check": "burnin"}}}}
+    (for the dev cluster, whose hooks run with an almost empty environment).
+
+Switches (name = value: effect):
+  hang_check = CHECK            the named check sleeps forever (its timeout must catch it)
+  fail_check = CHECK            the named check raises an error
+  gemm_corrupt = DEVICE         burn-in: one element of DEVICE's GEMM result is flipped
+  gemm_slow = DEVICE[:FACTOR]   burn-in: DEVICE runs FACTOR (default 0.3) of its speed
+  alloc_fail = DEVICE           burn-in/memtest: allocation on DEVICE fails
+  memtest_corrupt = DEVICE      memory test: one word on DEVICE reads back wrong
+  allreduce_slow = RANK[:SECONDS] all-reduce: RANK sleeps before each collective
+  allreduce_corrupt = RANK      all-reduce: RANK contributes a wrong value
+  allreduce_hang = RANK         all-reduce: RANK never joins the collective
+  flaky_check = CHECK           the named check fails on its first attempt only
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+ENV_VAR = "AIRLOCK_FAULTS"
+
+
+def parse(text: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in text.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        key, _, value = item.partition("=")
+        out[key.strip()] = value.strip() or "1"
+    return out
+
+
+def active(cfg: Any = None, node: str = "") -> dict[str, str]:
+    faults: dict[str, str] = {}
+    if cfg is not None and node and getattr(cfg.nvml, "simulate", ""):
+        from airlock.nvml import NvmlError, read_simulation
+
+        try:
+            sim = read_simulation(cfg.nvml.simulate, node).get("faults", {})
+        except NvmlError:
+            sim = {}
+        if isinstance(sim, dict):
+            faults.update({str(k): str(v) for k, v in sim.items()})
+    faults.update(parse(os.environ.get(ENV_VAR, "")))
+    return faults
+
+
+def device_arg(value: str | None, default_factor: float) -> tuple[int, float] | None:
+    """'2' -> (2, default); '2:0.5' -> (2, 0.5); None -> None."""
+    if value is None:
+        return None
+    dev, _, factor = value.partition(":")
+    return int(dev), float(factor) if factor else default_factor

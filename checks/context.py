@@ -1,0 +1,42 @@
+"""What a check gets: config, node, level, active fault switches, and lazily the NVML snapshot
+and the SKU profile (gathered once per run, shared by every check)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from airlock import faults as faults_mod
+from airlock import nvml, sku
+
+
+@dataclass
+class Context:
+    cfg: Any
+    node: str
+    level: str = "quick"
+    attempt: int = 1
+    faults: dict[str, str] = field(default_factory=dict)
+    _snapshot: nvml.Snapshot | None = None
+    _profile: sku.Profile | None = None
+
+    @classmethod
+    def create(cls, cfg: Any, node: str, level: str = "quick") -> Context:
+        return cls(cfg=cfg, node=node, level=level, faults=faults_mod.active(cfg, node))
+
+    @property
+    def snapshot(self) -> nvml.Snapshot:
+        if self._snapshot is None:
+            backend = nvml.backend_for(self.cfg, self.node)
+            self._snapshot = nvml.gather(backend, self.cfg.nvml.timeout)
+        return self._snapshot
+
+    @property
+    def profile(self) -> sku.Profile:
+        if self._profile is None:
+            snap = self.snapshot
+            self._profile = sku.select(snap.models, snap.count, self.cfg.profile.name)
+        return self._profile
+
+    def fault(self, name: str) -> str | None:
+        return self.faults.get(name)

@@ -1,0 +1,55 @@
+"""The checks, declared as data: which levels run each one, where its code lives, whether it
+needs a process of its own (anything that imports torch or can hang in a native call), and its
+default timeout. Each function takes a Context and returns an Outcome."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+QUICK, STANDARD, DEEP = "quick", "standard", "deep"
+ALL = (QUICK, STANDARD, DEEP)
+HEAVY = (STANDARD, DEEP)
+
+
+@dataclass(frozen=True)
+class CheckSpec:
+    name: str
+    levels: tuple[str, ...]
+    target: str  # "module:function"
+    isolated: bool = False  # run in its own process group, killed on timeout
+    timeout: float = 0.0  # 0 = [checks] timeout
+    timeout_key: str = ""  # "section.key" in the config that overrides the timeout
+
+
+CHECKS: tuple[CheckSpec, ...] = (
+    CheckSpec("gpu_count", ALL, "airlock.checks.inventory:check_gpu_count", timeout=10),
+    CheckSpec("burnin", HEAVY, "airlock.checks.burnin:check_burnin", isolated=True,
+              timeout_key="burnin.timeout"),
+)
+
+
+def for_level(level: str, only: list[str] | None = None) -> list[CheckSpec]:
+    specs = [c for c in CHECKS if level in c.levels]
+    if only:
+        known = {c.name for c in CHECKS}
+        unknown = [o for o in only if o not in known]
+        if unknown:
+            from airlock.errors import ConfigError
+
+            raise ConfigError(f"unknown check {unknown[0]!r} (known: {', '.join(sorted(known))})")
+        specs = [c for c in CHECKS if c.name in only]
+    return specs
+
+
+def by_name(name: str) -> CheckSpec:
+    for c in CHECKS:
+        if c.name == name:
+            return c
+    raise KeyError(name)
+
+
+def timeout_for(spec: CheckSpec, cfg) -> float:
+    if spec.timeout_key:
+        section, _, key = spec.timeout_key.partition(".")
+        return float(getattr(cfg.section(section), key))
+    return spec.timeout or cfg.checks.timeout
