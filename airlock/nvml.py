@@ -61,6 +61,7 @@ class Gpu:
     temperature_c: int = 0
     persistence_mode: bool = True
     xids: tuple[XidEvent, ...] = ()
+    compute_pids: tuple[int, ...] = ()  # processes holding a CUDA context on this GPU
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,8 @@ def gpu_from_dict(data: dict[str, Any], index: int) -> Gpu:
         values["nvlink_active"] = tuple(bool(x) for x in values["nvlink_active"])
     if "throttle_reasons" in values:
         values["throttle_reasons"] = tuple(values["throttle_reasons"])
+    if "compute_pids" in values:
+        values["compute_pids"] = tuple(int(p) for p in values["compute_pids"])
     if "xids" in values:
         values["xids"] = tuple(
             XidEvent(xid=int(x["xid"]), time=float(x.get("time", time.time())),
@@ -218,6 +221,8 @@ class PynvmlBackend:
         read("temperature_c", nv.nvmlDeviceGetTemperature, h, nv.NVML_TEMPERATURE_GPU)
         read("persistence_mode", nv.nvmlDeviceGetPersistenceMode, h,
              post=lambda v: v == nv.NVML_FEATURE_ENABLED)
+        read("compute_pids", nv.nvmlDeviceGetComputeRunningProcesses, h,
+             post=lambda procs: tuple(int(p.pid) for p in procs))
         return Gpu(**values)
 
 
