@@ -8,6 +8,7 @@ stderr and exit code 2; a check that fails exits 1.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import os
 import socket
@@ -31,7 +32,9 @@ LAZY = {
 
 class LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted([*super().list_commands(ctx), *LAZY])
+        present = [name for name, target in LAZY.items()
+                   if importlib.util.find_spec(target.partition(":")[0]) is not None]
+        return sorted([*super().list_commands(ctx), *present])
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name in LAZY:

@@ -25,6 +25,7 @@ from typing import Any
 from airlock.slurm import Node, Slurm
 
 MARKER = "AIRLOCK_DEVCLUSTER"
+REBOOT_OFF_S = 3.0  # how long the RebootProgram's "machine" stays off
 
 
 def free_port() -> int:
@@ -183,7 +184,8 @@ class DevCluster:
             )
         lines.append("PartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
         for part, members in self.partitions.items():
-            lines.append(f"PartitionName={part} Nodes={','.join(members)} MaxTime=INFINITE State=UP")
+            lines.append(
+                f"PartitionName={part} Nodes={','.join(members)} MaxTime=INFINITE State=UP")
         return "\n".join(lines) + "\n"
 
     def write_airlock_config(self) -> None:
@@ -243,12 +245,13 @@ class DevCluster:
             return False
 
     def _spawn(self, argv: list[str], log: str, prefix: list[str] | None = None) -> int:
-        out = open(self.root / "log" / f"{log}.out", "ab")
         exe = shutil.which(argv[0], path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
         if exe is None:
             raise RuntimeError(f"{argv[0]} not found: install munge, slurmctld and slurmd")
-        proc = subprocess.Popen([*(prefix or []), exe, *argv[1:]], stdout=out, stderr=out,
-                                stdin=subprocess.DEVNULL, env=self.env(), start_new_session=True)
+        with open(self.root / "log" / f"{log}.out", "ab") as out:
+            proc = subprocess.Popen([*(prefix or []), exe, *argv[1:]], stdout=out, stderr=out,
+                                    stdin=subprocess.DEVNULL, env=self.env(),
+                                    start_new_session=True)
         (self.root / "run" / f"{log}.spawned").write_text(str(proc.pid))
         return proc.pid
 
@@ -425,9 +428,8 @@ def _pids_with_marker(root: str) -> list[int]:
                 env = fh.read()
         except OSError:
             continue
-        if needle + b"\0" in env or env.endswith(needle):
-            if _alive(int(entry)):
-                pids.append(int(entry))
+        if (needle + b"\0" in env or env.endswith(needle)) and _alive(int(entry)):
+            pids.append(int(entry))
     return pids
 
 
@@ -476,7 +478,12 @@ def reboot_program() -> int:
     if os.fork() == 0:
         os.setsid()
         cluster = DevCluster.attach(root)
-        cluster.restart_node(name, fresh_boot=True, wait=False)
+        cluster.stop_node(name)
+        # slurmctld completes a reboot only when the node reports a boot time no earlier than
+        # the (whole-second) time the reboot was issued; the fresh boot clock starts about 1-2 s
+        # in the past, so the "machine" stays off for a moment, as a real one would.
+        time.sleep(REBOOT_OFF_S)
+        cluster.start_node(name, wait=False, fresh_boot=True)
         os._exit(0)
     return 0
 

@@ -73,7 +73,8 @@ def checking(level: str, why: str = "") -> Reason:
 
 
 def failure(check: str, detail: str) -> Reason:
-    check = check if _CHECK_NAME.match(check or "") else re.sub(r"[^A-Za-z0-9_.:-]", "_", check or "x")
+    if not _CHECK_NAME.match(check or ""):
+        check = re.sub(r"[^A-Za-z0-9_.:-]", "_", check or "x")
     return Reason("FAIL", check, detail or "failed")
 
 

@@ -24,7 +24,8 @@ SEARCH_DIRS = ("/usr/bin", "/usr/local/bin", "/opt/slurm/bin", "/usr/sbin", "/us
 DRAIN_FLAGS = frozenset({"DRAIN", "DRAINING", "DRAINED", "FAIL", "FAILING"})
 # "Reason=text [user@2026-11-30T08:00:00]": Slurm always appends who set it and when.
 _REASON = re.compile(
-    r"(?:^| )Reason=(?P<text>.*?) \[(?P<user>[^@\]]*)@(?P<time>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\]"
+    r"(?:^| )Reason=(?P<text>.*) \[(?P<user>[^@\]]*)@(?P<time>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\]"
+    r"(?=$| [A-Z][A-Za-z_]*=)"
 )
 _KEY_SPLIT = re.compile(r" (?=[A-Z][A-Za-z_]*=)")
 
@@ -75,7 +76,8 @@ class Node:
 
     @property
     def responding(self) -> bool:
-        return "NOT_RESPONDING" not in self.flags and self.state not in ("DOWN", "FUTURE", "UNKNOWN")
+        return "NOT_RESPONDING" not in self.flags and \
+            self.state not in ("DOWN", "FUTURE", "UNKNOWN")
 
 
 def parse_node_line(line: str) -> Node:
@@ -92,7 +94,7 @@ def parse_node_line(line: str) -> Node:
         key, sep, value = token.partition("=")
         if not sep:
             continue  # a value with spaces that does not look like a key (e.g. OS=...)
-        fields.setdefault(key, value)
+        fields.setdefault(key, value.strip())
     if "State" not in fields:
         raise SlurmError(f"unexpected scontrol output for {fields['NodeName']}: no State=")
     state, *flags = fields["State"].rstrip("*~#!%$@^-").split("+")

@@ -7,18 +7,15 @@ data into an Outcome. Outcomes are frozen so a verdict cannot be edited after th
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 
-class Verdict(str, Enum):
+class Verdict(StrEnum):
     PASS = "pass"
     WARN = "warn"  # recorded and shown, never drains (e.g. flaky, or a soft throttle reason)
     FAIL = "fail"
     SKIP = "skip"  # not applicable here (e.g. no NVLink on this SKU)
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 HealthCheckInterval.
 
 Slurm gives it only SLURMD_NODENAME: no PATH, no SLURM_CONF, no arguments; the config path comes
-from $AIRLOCK_CONFIG or /etc/airlock/airlock.toml, and the Slurm binaries are found by airlock.slurm.
+from $AIRLOCK_CONFIG or /etc/airlock/airlock.toml; airlock.slurm finds the Slurm binaries.
 
 * A new boot, or a node with no Airlock record: drain it with "airlock: pending <level> check",
   start the registration suite detached (own session, own hard timeout, log file) and return.
@@ -42,15 +42,14 @@ def start_registration(cfg, node: str, run_id: str, trigger: str) -> int:
     """Start the registration suite in its own session; return its PID without waiting."""
     folder = cfg.log_dir.replace("{node}", node)
     os.makedirs(folder, exist_ok=True)
-    log = open(os.path.join(folder, f"registration-{run_id}.log"), "ab")
     env = dict(os.environ)
     env[config_mod.ENV_VAR] = cfg.path
     env.setdefault("PATH", "/usr/bin:/bin:/usr/sbin:/sbin")
     argv = [sys.executable, "-m", "airlock.runner", "registration", "--node", node,
             "--run-id", run_id, "--trigger", trigger]
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
-                            start_new_session=True, close_fds=True)
-    log.close()
+    with open(os.path.join(folder, f"registration-{run_id}.log"), "ab") as log:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
+                                start_new_session=True, close_fds=True)
     return proc.pid
 
 

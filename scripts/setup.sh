@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Sets up a fresh Debian 12 machine (as root) to run Airlock, its demo and its tests:
+# Slurm 22.05 and munge from Debian, the CPU build of torch, then Airlock with its test extras.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+for b in slurmctld slurmd scontrol munged; do
+  command -v "$b" >/dev/null 2>&1 || [ -x "/usr/sbin/$b" ] || need+=("$b")
+done
+if [ "${#need[@]}" -gt 0 ]; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends slurmctld slurmd slurm-client munge >/dev/null
+fi
+
+PY=${PYTHON:-python3}
+# torch first and pinned: an unpinned torch would pull a multi-GB CUDA build.
+"$PY" -c 'import torch' 2>/dev/null || "$PY" -m pip install -q torch==2.13.0
+"$PY" -m pip install -q -e '.[test]'
+echo "airlock: setup done ($("$PY" -c 'import torch; print("torch", torch.__version__)'))"

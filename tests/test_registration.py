@@ -1,0 +1,139 @@
+"""Registration quarantine against a real Slurm cluster (slurmctld + slurmd + munged here)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+from airlock import config as config_mod
+from airlock.devcluster import healthy_gpus
+from airlock.nodestate import NodeState, pid_alive
+
+
+def wait_done(cluster, name, timeout=120):
+    """Wait until the node's registration suite has a verdict and Slurm shows its outcome."""
+    cfg = config_mod.load(cluster.airlock_conf)
+
+    def done():
+        rec = NodeState(cfg, name).load() or {}
+        n = cluster.node(name)
+        return rec.get("status") == "done" and not n.reason.startswith("airlock: pending") \
+            and "NOT_RESPONDING" not in n.flags and n
+    return cluster.wait(done, timeout, f"{name} registration verdict")
+
+
+def hook_log(cluster, name):
+    p = cluster.root / "airlock" / "log" / name / "healthcheck.log"
+    return p.read_text() if p.exists() else ""
+
+
+def test_new_node_takes_no_job_before_its_checks_pass(cluster_factory):
+    c = cluster_factory(nodes=["node1"], future=["node2"])
+    wait_done(c, "node1")
+    jobs = [c.sbatch("sleep 1", "-w", "node2") for _ in range(3)]
+    assert all(c.job(j)["JobState"] == "PENDING" for j in jobs)
+
+    t0 = time.monotonic()
+    c.start_node("node2", wait=False)
+    seen_pending = False
+    resumed_at = None
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        n = c.node("node2")
+        states = [c.job(j)["JobState"] for j in jobs]
+        if n.reason.startswith("airlock: pending"):
+            seen_pending = True
+            assert "RUNNING" not in states and "COMPLETED" not in states, (n, states)
+        if resumed_at is None and n.state == "IDLE" and not n.drained and not n.reason \
+                and n.responding and seen_pending:
+            resumed_at = time.monotonic() - t0
+        if all(s == "COMPLETED" for s in states):
+            break
+        time.sleep(0.1)
+    assert seen_pending, "node2 was never seen isolated"
+    assert resumed_at is not None, "node2 was never seen resumed"
+    assert all(c.job(j)["JobState"] == "COMPLETED" for j in jobs)
+
+    cfg = config_mod.load(c.airlock_conf)
+    run = json.loads((NodeState(cfg, "node2").path.parent / "latest-standard.json").read_text())
+    assert run["verdict"] == "pass" and run["trigger"] == "new"
+    assert {r["check"] for r in run["checks"]} >= {"gpu_count", "burnin"}
+    for j in jobs:  # Slurm's own record: no job started before the suite finished
+        start = time.mktime(time.strptime(c.job(j)["StartTime"], "%Y-%m-%dT%H:%M:%S"))
+        assert start >= int(run["finished_at"]) - 1
+    print(f"\nslurmd start -> RESUME: {resumed_at:.2f} s")
+
+
+def test_faulty_node_stays_drained_while_others_run_jobs(cluster_factory):
+    c = cluster_factory(start=False, nodes=["node1", "node2"])
+    c.write_files()
+    c.set_node_sim("node2", gpus=healthy_gpus(7))
+    c.start()
+    jobs = [c.sbatch("sleep 1") for _ in range(4)]
+    n2 = wait_done(c, "node2")
+    assert n2.drained
+    assert n2.reason == "airlock: FAIL gpu_count 7 GPUs, profile h100-sxm-8x expects 8"
+    c.wait(lambda: all(c.job(j)["JobState"] == "COMPLETED" for j in jobs), 120, "jobs done")
+    assert {c.job(j)["NodeList"] for j in jobs} == {"node1"}
+    assert c.node("node2").reason.startswith("airlock: FAIL gpu_count")
+
+
+def test_admin_drain_is_never_resumed_or_rewritten(cluster_factory):
+    c = cluster_factory(nodes=["node1"])
+    wait_done(c, "node1")
+    c.slurm.scontrol("update", "nodename=node1", "state=drain", "reason=disk swap")
+    # A reboot (new boot: quarantine + full suite) and a fault the periodic runs would drain for.
+    c.restart_node("node1", fresh_boot=True, wait=False)
+    cfg = config_mod.load(c.airlock_conf)
+    c.wait(lambda: (NodeState(cfg, "node1").load() or {}).get("trigger") == "boot"
+           and NodeState(cfg, "node1").load().get("status") == "done", 120, "boot suite")
+    c.set_node_sim("node1", gpus=healthy_gpus(6))
+    log_before = hook_log(c, "node1").count("quick fail")
+    c.wait(lambda: hook_log(c, "node1").count("quick fail") >= log_before + 3, 60,
+           "three periodic runs that fail")
+    n = c.node("node1")
+    assert n.drained and n.reason == "disk swap" and n.reason_user == "root"
+    log = hook_log(c, "node1")
+    assert "kept foreign drain: 'disk swap'" in log
+
+
+def test_hanging_suite_never_blocks_slurmd_and_times_out(cluster_factory):
+    c = cluster_factory(start=False, nodes=["node1"], airlock={"burnin": {"timeout": 8}})
+    c.write_files()
+    c.set_node_sim("node1", faults={"hang_check": "burnin"})
+    t0 = time.monotonic()
+    c.start()  # waits for registration: slurmd is not held up by the hanging suite
+    registered = time.monotonic() - t0
+    assert registered < 10
+    n = c.node("node1")
+    assert n.reason.startswith("airlock: pending") and n.responding
+    n = wait_done(c, "node1", timeout=90)
+    assert n.drained and n.reason == "airlock: FAIL burnin timeout after 8s"
+    leftovers = [p for p in c.leftovers() if b"airlock.runner" in _cmdline(p)]
+    assert leftovers == [], "the hung check's process group was not killed"
+    assert "quick pass" in hook_log(c, "node1")  # periodic runs went on meanwhile
+
+
+def test_suite_killed_without_verdict_is_failed_by_the_next_hook(cluster_factory):
+    c = cluster_factory(start=False, nodes=["node1"])
+    c.write_files()
+    c.set_node_sim("node1", faults={"hang_check": "burnin"})
+    c.start()
+    cfg = config_mod.load(c.airlock_conf)
+    rec = c.wait(lambda: NodeState(cfg, "node1").load(), 30, "suite record")
+    pid = int(rec["pid"])
+    assert pid_alive(pid)
+    os.killpg(pid, signal.SIGKILL)
+    n = c.wait(lambda: (m := c.node("node1")).reason.startswith("airlock: FAIL") and m, 30,
+               "hook notices the dead suite")
+    assert n.reason == "airlock: FAIL registration suite died without a verdict"
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read()
+    except OSError:
+        return b""

@@ -1,0 +1,70 @@
+"""The Slurm client's failure modes, with real executables standing in for a broken scontrol."""
+
+import os
+import stat
+
+import pytest
+
+from airlock.errors import NodeNotFound, SlurmError
+from airlock.slurm import Slurm
+
+
+def fake_bin(tmp_path, body: str) -> str:
+    d = tmp_path / "bin"
+    d.mkdir(exist_ok=True)
+    p = d / "scontrol"
+    p.write_text("#!/bin/sh\n" + body + "\n")
+    p.chmod(p.stat().st_mode | stat.S_IEXEC)
+    (d / "calls").write_text("")
+    return str(d)
+
+
+def test_missing_scontrol_is_clear(tmp_path):
+    s = Slurm(bin_dir=str(tmp_path))
+    with pytest.raises(SlurmError, match="scontrol not found in slurm.bin_dir"):
+        s.nodes()
+
+
+def test_hung_scontrol_times_out(tmp_path):
+    s = Slurm(bin_dir=fake_bin(tmp_path, "sleep 30"), timeout=0.5)
+    with pytest.raises(SlurmError, match="timed out after 0.5 s"):
+        s.nodes()
+
+
+def test_garbage_output_never_leads_to_an_update(tmp_path):
+    d = fake_bin(tmp_path, 'echo "$@" >> "$(dirname "$0")/calls"; echo "Segmentation fault"')
+    s = Slurm(bin_dir=d)
+    with pytest.raises(SlurmError, match="unexpected scontrol output"):
+        s.drain("node1", "airlock: FAIL x y")
+    calls = (tmp_path / "bin" / "calls").read_text()
+    assert "update" not in calls
+
+
+def test_unknown_node_and_failures(tmp_path):
+    s = Slurm(bin_dir=fake_bin(tmp_path, 'echo "Node nodeX not found" >&2; exit 1'))
+    with pytest.raises(NodeNotFound):
+        s.node("nodeX")
+    s = Slurm(bin_dir=fake_bin(tmp_path, 'echo "slurm_load_node error: Unable to contact" >&2; '
+                                         "exit 1"))
+    with pytest.raises(SlurmError, match="Unable to contact"):
+        s.nodes()
+
+
+def test_bad_node_names_never_reach_scontrol(tmp_path):
+    s = Slurm(bin_dir=fake_bin(tmp_path, 'echo "$@" >> "$(dirname "$0")/calls"'))
+    for bad in ("", "a b", "x;rm -rf /", "-o", "$(id)"):
+        with pytest.raises(SlurmError):
+            s.node(bad)
+    assert (tmp_path / "bin" / "calls").read_text() == ""
+
+
+def test_refuses_to_write_a_reason_without_prefix(tmp_path):
+    s = Slurm(bin_dir=fake_bin(tmp_path, "exit 0"))
+    with pytest.raises(ValueError):
+        s.drain("node1", "disk swap")
+
+
+def test_hooks_find_scontrol_without_path(tmp_path, monkeypatch):
+    monkeypatch.delenv("PATH", raising=False)
+    found = Slurm().binary("scontrol")
+    assert os.path.isabs(found) and os.access(found, os.X_OK)
