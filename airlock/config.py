@@ -117,6 +117,9 @@ SECTIONS: dict[str, str] = {
     "profile": "airlock.config:ProfileSection",
     "checks": "airlock.config:CheckDefaults",
     "burnin": "airlock.config:BurninSection",
+    "metrics": "airlock.metrics:MetricsSection",
+    "prolog": "airlock.hooks.prolog:PrologSection",
+    "epilog": "airlock.hooks.epilog:EpilogSection",
 }
 
 TOP_LEVEL: dict[str, tuple[type, Any]] = {

@@ -1,5 +1,11 @@
 """`airlock status`: every node's Slurm state and Airlock verdict, from one Slurm call plus the
-results store."""
+results store (and the recovery service's database when there is one).
+
+Slurm is the source of truth for the node's state and reason; the results store adds the last
+run's verdict, timings and history. A node whose results cannot be read is still shown, from
+Slurm, with the problem named. The JSON document is described in docs/status-schema.md and
+docs/status-schema.json; tests validate real output against it, so keep them in step.
+"""
 
 from __future__ import annotations
 
@@ -7,23 +13,26 @@ import json
 import time
 from typing import Any
 
-import click
-
 from airlock import reasons
 from airlock.report import table
-from airlock.results import read_shared
+from airlock.results import NodeResults, read_many
 from airlock.slurm import Node, Slurm
 
 SCHEMA = 1
+# Every value `airlock` (the node's Airlock state) can take; summary always carries all of them.
+STATES = ("healthy", "quarantined", "failed", "recovering", "drained-other", "down", "future",
+          "unknown")
 
 
 def classify(node: Node) -> str:
     parsed = reasons.parse(node.reason)
     if parsed is None:
-        if node.foreign_drain:
-            return "drained-other"
-        if node.state in ("DOWN", "FUTURE", "UNKNOWN") or "NOT_RESPONDING" in node.flags:
-            return node.state.lower() if node.state != "IDLE" else "down"
+        if node.state == "FUTURE":
+            return "future"
+        if node.state in ("DOWN", "UNKNOWN") or "NOT_RESPONDING" in node.flags:
+            return "down"
+        if node.drained:
+            return "drained-other"  # an admin's, Slurm's or another tool's drain: not ours
         return "healthy"
     if parsed.state in ("pending", "checking"):
         return "quarantined"
@@ -34,56 +43,161 @@ def classify(node: Node) -> str:
     return "unknown"
 
 
-def node_status(cfg, node: Node) -> dict[str, Any]:
-    run, problem = read_shared(cfg, node.name)
+def recovery_states(cfg) -> dict[str, str]:
+    """Each node's recovery state from the recovery service's database ({} when it has none).
+
+    The recovery service owns its database; this is the one place status reads it, through
+    the function that package offers (airlock.recovery.view.node_states(cfg) -> {node: state}).
+    """
+    view = _recovery_view()
+    if view is None or not hasattr(view, "node_states"):
+        return {}
+    try:
+        return {str(k): str(v) for k, v in view.node_states(cfg).items()}
+    except Exception:  # noqa: BLE001 - a broken recovery DB must not break status
+        return {}
+
+
+def recovery_metrics(cfg) -> dict[str, Any]:
+    """{"actions": {(action, result): count}, "breaker_open": bool, "in_flight": int}, or {}."""
+    view = _recovery_view()
+    if view is None or not hasattr(view, "metrics"):
+        return {}
+    try:
+        return dict(view.metrics(cfg))
+    except Exception:  # noqa: BLE001 - gracefully empty, like a missing database
+        return {}
+
+
+def _recovery_view():
+    import importlib
+
+    try:
+        return importlib.import_module("airlock.recovery.view")
+    except ImportError:
+        return None
+
+
+def _run_summary(run: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "run_id": run.get("run_id", ""),
+        "level": run.get("level", ""),
+        "trigger": run.get("trigger", ""),
+        "verdict": run.get("verdict", ""),
+        "failed_check": run.get("failed_check"),
+        "detail": run.get("detail", ""),
+        "finished_at": run.get("finished_at"),
+        "duration_s": run.get("duration_s"),
+    }
+
+
+def node_status(node: Node, res: NodeResults, recovery: str = "") -> dict[str, Any]:
+    run = res.run or {}
     parsed = reasons.parse(node.reason)
+    state = classify(node)
+    # The reason in force is what drained the node; the last run may be a later periodic pass.
+    if parsed is not None and parsed.is_failure:
+        failed_check, detail = parsed.subject, parsed.detail
+    elif run.get("verdict") == "fail":
+        failed_check, detail = run.get("failed_check"), run.get("detail", "")
+    else:
+        failed_check, detail = None, ""
     return {
         "node": node.name,
         "slurm_state": node.state_text,
         "reason": node.reason,
         "reason_owner": "airlock" if parsed else ("other" if node.reason else ""),
-        "airlock": classify(node),
-        "verdict": (run or {}).get("verdict"),
-        "failed_check": (run or {}).get("failed_check") or (
-            parsed.subject if parsed and parsed.is_failure else None),
-        "detail": (run or {}).get("detail") or (parsed.detail if parsed else ""),
-        "last_check_at": (run or {}).get("finished_at"),
-        "last_level": (run or {}).get("level"),
-        "duration_s": (run or {}).get("duration_s"),
-        "results_problem": problem if run is None else "",
+        "airlock": state,
+        "verdict": run.get("verdict"),
+        "failed_check": failed_check,
+        "detail": detail,
+        "last_check_at": run.get("finished_at"),
+        "last_level": run.get("level"),
+        "last_trigger": run.get("trigger"),
+        "duration_s": run.get("duration_s"),
+        "results_source": res.source,
+        "results_problem": res.problem,
+        "recovery": recovery,
+        "history": [_run_summary(r) for r in res.history],
     }
 
 
-def collect(cfg, names: str | None = None) -> dict[str, Any]:
+def collect(cfg, names: str | None = None, history: int = 0) -> dict[str, Any]:
     slurm = Slurm.from_config(cfg)
     nodes = slurm.nodes(names) if names else slurm.nodes()
-    rows = [node_status(cfg, n) for n in nodes]
-    summary: dict[str, int] = {}
+    results = read_many(cfg, [n.name for n in nodes], history)
+    recovery = recovery_states(cfg)
+    rows = [node_status(n, results[n.name], recovery.get(n.name, "")) for n in nodes]
+    summary = dict.fromkeys(STATES, 0)
     for r in rows:
         summary[r["airlock"]] = summary.get(r["airlock"], 0) + 1
     return {"schema": SCHEMA, "generated_at": time.time(), "nodes": rows, "summary": summary}
 
 
+def _when(ts: float | None) -> str:
+    return time.strftime("%m-%d %H:%M:%S", time.localtime(ts)) if ts else ""
+
+
+def _took(s: float | None) -> str:
+    return f"{s:.1f}s" if s is not None else ""
+
+
+def summary_line(data: dict[str, Any]) -> str:
+    s = data["summary"]
+    main = ["healthy", "quarantined", "failed", "recovering"]
+    parts = [f"{s.get(k, 0)} {k}" for k in main]
+    parts += [f"{v} {k}" for k, v in s.items() if k not in main and v]
+    return f"{len(data['nodes'])} nodes: " + ", ".join(parts)
+
+
 def render(data: dict[str, Any]) -> str:
     rows = []
     for r in data["nodes"]:
-        when = (time.strftime("%H:%M:%S", time.localtime(r["last_check_at"]))
-                if r["last_check_at"] else "")
-        dur = f"{r['duration_s']:.1f}s" if r["duration_s"] is not None else ""
-        rows.append((r["node"], r["slurm_state"], r["airlock"], r["failed_check"] or "",
-                     r["reason"] or "", when, dur))
-    out = table(("node", "slurm", "airlock", "check", "reason", "last", "took"), rows)
-    summary = ", ".join(f"{v} {k}" for k, v in sorted(data["summary"].items()))
-    return f"{out}\n{len(data['nodes'])} nodes: {summary}"
+        check = r["failed_check"] or ""
+        detail = r["detail"] or ("" if r["reason_owner"] == "airlock" else r["reason"])
+        rows.append((r["node"], r["slurm_state"], r["airlock"], check, detail[:60],
+                     _when(r["last_check_at"]), _took(r["duration_s"]), r["recovery"]))
+    out = [table(("node", "slurm", "airlock", "check", "detail", "last check", "took",
+                  "recovery"), rows)]
+    notes = [f"  {r['node']}: {r['results_problem']}" for r in data["nodes"]
+             if r["results_problem"]]
+    if notes:
+        out.append("results not read (shown from Slurm only):\n" + "\n".join(notes))
+    for r in data["nodes"]:
+        if r["history"]:
+            hist = [(_when(h["finished_at"]), h["level"], h["trigger"], h["verdict"].upper(),
+                     h["failed_check"] or "", (h["detail"] or "")[:60], _took(h["duration_s"]))
+                    for h in r["history"]]
+            out.append(f"{r['node']} history:\n" + table(
+                ("finished", "level", "trigger", "verdict", "check", "detail", "took"), hist))
+    out.append(summary_line(data))
+    return "\n\n".join(out)
 
 
-@click.command("status")
-@click.argument("nodes", required=False)
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (schema 1).")
-@click.pass_context
-def status_cmd(ctx: click.Context, nodes: str | None, as_json: bool) -> None:
-    """Show every node's Slurm state, Airlock verdict and reason."""
-    from airlock.cli import load_config
+def __getattr__(name: str):
+    # Built on first use so that importing status (metrics does) does not pay for click.
+    if name == "status_cmd":
+        cmd = _build_command()
+        globals()["status_cmd"] = cmd
+        return cmd
+    raise AttributeError(name)
 
-    data = collect(load_config(ctx), nodes)
-    click.echo(json.dumps(data, indent=1, sort_keys=True) if as_json else render(data))
+
+def _build_command():
+    import click
+
+    @click.command("status")
+    @click.argument("nodes", required=False)
+    @click.option("--json", "as_json", is_flag=True,
+                  help="Machine-readable output (docs/status-schema.md).")
+    @click.option("--history", "history", type=click.IntRange(min=0), default=0,
+                  help="Also show the last N recorded runs of each node.")
+    @click.pass_context
+    def status_cmd(ctx: click.Context, nodes: str | None, as_json: bool, history: int) -> None:
+        """Show every node's Slurm state, Airlock verdict, last check and recovery state."""
+        from airlock.cli import load_config
+
+        data = collect(load_config(ctx), nodes, history)
+        click.echo(json.dumps(data, indent=1, sort_keys=True) if as_json else render(data))
+
+    return status_cmd

@@ -1,7 +1,211 @@
-import sys
+"""Epilog: after every job, check that the job left its GPUs healthy and free.
 
-def main():
-    return 0
+slurmd runs it as root with SLURMD_NODENAME, SLURM_JOB_ID, SLURM_JOB_USER, SLURM_CONF (and
+SLURM_JOB_GPUS when the job had GPUs through gres) and no PATH. Three checks, each a pure verdict
+over one fresh NVML snapshot and the prolog's snapshot of the same job:
+
+  gpu_released    no compute process still alive on the job's GPUs (after process_grace
+                  seconds for exiting processes to let go); without SLURM_JOB_GPUS every GPU is
+                  the job's (whole-node jobs)
+  xid_during_job  no fatal XID (fatal_xids) on any GPU since the prolog; others are warnings
+  ecc_during_job  no new uncorrectable ECC errors or remapped rows since the prolog; new
+                  correctable errors are a warning
+
+A failure drains the node with "airlock: FAIL <check> <detail> (epilog job N)" and exits 0, so
+Slurm does not add its own "Epilog error"; when the drain cannot be set the epilog exits 1 and
+Slurm's drain protects the next job instead. No torch, no Slurm call on success.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from airlock.checks.base import Outcome, failed, passed, skipped, warned
+from airlock.hooks.prolog import drain_failure, gpu_snapshot, jobs_dir, log
+
+from airlock import config as config_mod
+from airlock.errors import AirlockError
+
+# Hardware/driver XIDs worth a drain when they happen during a job (Azure's aznhc list, from
+# DESIGN.md). Application XIDs (13, 31, 43, 45) are the job's own errors, never a drain.
+FATAL_XIDS = [48, 56, 57, 58, 62, 63, 64, 65, 68, 69, 73, 74, 79, 80, 81, 92, 119, 120]
+
+
+@dataclass
+class EpilogSection:
+    enabled: bool = True
+    # Seconds to wait for a job's processes to release the GPUs before calling them leftovers.
+    process_grace: float = 5.0
+    fatal_xids: list[int] = field(default_factory=lambda: list(FATAL_XIDS))
+
+    def validate(self) -> None:
+        if self.process_grace < 0:
+            raise ValueError(f"process_grace: must be >= 0, got {self.process_grace}")
+
+
+# --- pure verdicts -------------------------------------------------------------------------------
+def job_gpu_indices(env_value: str | None, all_indices: Iterable[int]) -> set[int]:
+    """SLURM_JOB_GPUS ("0,2") names the job's GPUs; without it the job had the whole node."""
+    if env_value:
+        try:
+            return {int(x) for x in env_value.split(",") if x.strip()}
+        except ValueError:
+            pass
+    return set(all_indices)
+
+
+def verdict_released(gpus: list[dict[str, Any]], job_gpus: set[int],
+                     alive: Callable[[int], bool]) -> Outcome:
+    leftovers = [(g["index"], pid) for g in gpus if g["index"] in job_gpus
+                 for pid in g.get("compute_pids", ()) if alive(pid)]
+    if leftovers:
+        gpu, pid = leftovers[0]
+        more = f" (+{len(leftovers) - 1} more)" if len(leftovers) > 1 else ""
+        return failed("gpu_released", f"gpu{gpu} pid {pid} still running{more}", "reboot",
+                      leftovers=[list(x) for x in leftovers])
+    return passed("gpu_released", f"{len(job_gpus)} GPUs free")
+
+
+def _xid_key(x: dict[str, Any]) -> tuple:
+    return (int(x["xid"]), int(x.get("gpu", -1)), round(float(x.get("time", 0)), 3))
+
+
+def verdict_xids(before: dict[str, Any] | None, gpus: list[dict[str, Any]],
+                 fatal: Iterable[int]) -> Outcome:
+    if before is None:
+        return skipped("xid_during_job", "no prolog snapshot for this job")
+    seen = {_xid_key(x) for g in before["gpus"] for x in g.get("xids", ())}
+    since = float(before.get("gathered_at", 0))
+    new = sorted({_xid_key(x) for g in gpus for x in g.get("xids", ())
+                  if _xid_key(x) not in seen and float(x.get("time", 0)) >= since},
+                 key=lambda k: k[2])
+    fatal = set(fatal)
+    bad = [k for k in new if k[0] in fatal]
+    if bad:
+        xid, gpu, _ = bad[0]
+        return failed("xid_during_job", f"xid {xid} on gpu{gpu} during the job", "reboot",
+                      xids=[k[0] for k in bad])
+    if new:
+        return warned("xid_during_job", f"non-fatal xid {new[0][0]} on gpu{new[0][1]}",
+                      xids=[k[0] for k in new])
+    return passed("xid_during_job", "no new XIDs")
+
+
+def verdict_ecc(before: dict[str, Any] | None, gpus: list[dict[str, Any]]) -> Outcome:
+    if before is None:
+        return skipped("ecc_during_job", "no prolog snapshot for this job")
+    prev = {g["index"]: g for g in before["gpus"]}
+    corrected = []
+    for g in gpus:
+        p = prev.get(g["index"])
+        if g.get("lost") and not (p or {}).get("lost"):
+            return failed("ecc_during_job", f"gpu{g['index']} fell off the bus during the job",
+                          "reboot")
+        if p is None:
+            continue
+        for key, label in (("ecc_volatile_uncorrected_dram", "uncorrectable DRAM ECC"),
+                           ("ecc_volatile_uncorrected_sram", "uncorrectable SRAM ECC"),
+                           ("remap_uncorrectable_rows", "uncorrectable remapped rows")):
+            delta = int(g.get(key, 0)) - int(p.get(key, 0))
+            if delta > 0:
+                return failed("ecc_during_job", f"gpu{g['index']} +{delta} {label} during the "
+                              "job", "reboot", gpu=g["index"], delta=delta)
+        delta = int(g.get("ecc_volatile_corrected", 0)) - int(p.get("ecc_volatile_corrected", 0))
+        if delta > 0:
+            corrected.append((g["index"], delta))
+    if corrected:
+        return warned("ecc_during_job", f"gpu{corrected[0][0]} +{corrected[0][1]} correctable "
+                      "ECC during the job", corrected=[list(c) for c in corrected])
+    return passed("ecc_during_job", "no new ECC errors")
+
+
+# --- gathering ---------------------------------------------------------------------------------
+def _alive(pid: int) -> bool:
+    from airlock.nodestate import pid_alive
+
+    return pid_alive(pid)
+
+
+def _gpus(cfg, node: str) -> list[dict[str, Any]]:
+    from airlock import nvml
+
+    snap = nvml.gather(nvml.backend_for(cfg, node), cfg.nvml.timeout)
+    out = gpu_snapshot(snap)["gpus"]
+    for g, gpu in zip(out, snap.gpus, strict=True):
+        g["compute_pids"] = list(gpu.compute_pids)
+    return out
+
+
+def run_epilog(cfg, node: str, job: str, job_gpus_env: str | None) -> tuple[int, str]:
+    from airlock import reasons
+    from airlock.results import Store, read_json
+    from airlock.runner import summarize
+
+    started = time.time()
+    t0 = time.monotonic()
+    snap_path = jobs_dir(cfg, node) / f"{job}.json"
+    before = read_json(snap_path)
+    before = before if isinstance(before, dict) and "gpus" in before else None
+    records = []
+    try:
+        gpus = _gpus(cfg, node)
+        mine = job_gpu_indices(job_gpus_env, (g["index"] for g in gpus))
+        deadline = time.monotonic() + cfg.epilog.process_grace
+        released = verdict_released(gpus, mine, _alive)
+        while released.failed and time.monotonic() < deadline:
+            time.sleep(0.5)
+            gpus = _gpus(cfg, node)
+            released = verdict_released(gpus, mine, _alive)
+        outcomes = [released, verdict_xids(before, gpus, cfg.epilog.fatal_xids),
+                    verdict_ecc(before, gpus)]
+    except AirlockError as exc:  # nvml timeout or error: the GPUs cannot be vouched for
+        outcomes = [failed("gpu_released", str(exc))]
+    took = round(time.monotonic() - t0, 3)
+    for o in outcomes:
+        rec = o.to_dict()
+        rec.update(duration_s=took, attempts=1)
+        records.append(rec)
+    run = summarize(node, "epilog", "epilog", records, started, None)
+    run["job_id"] = job
+    for problem in Store(cfg, node).write(run, history=run["verdict"] == "fail"):
+        log(cfg, node, "epilog", problem)
+    try:
+        os.unlink(snap_path)
+    except OSError:
+        pass
+    if run["verdict"] != "fail":
+        return 0, f"job {job}: epilog {run['verdict']} in {run['duration_s']:.2f}s"
+    try:
+        msg = drain_failure(cfg, node, run["failed_check"],
+                            f"{run['detail']} (epilog job {job})", reasons)
+        return 0, f"job {job}: {msg}"
+    except AirlockError as exc:
+        return 1, f"job {job}: FAIL {run['failed_check']}; could not set the reason: {exc}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    node = os.environ.get("SLURMD_NODENAME", "")
+    job = os.environ.get("SLURM_JOB_ID", "?")
+    cfg = None
+    started = time.monotonic()
+    try:
+        if not node:
+            raise AirlockError("SLURMD_NODENAME is not set")
+        cfg = config_mod.load()
+        if not cfg.epilog.enabled:
+            return 0
+        rc, msg = run_epilog(cfg, node, job, os.environ.get("SLURM_JOB_GPUS"))
+        log(cfg, node, "epilog", f"{msg} ({time.monotonic() - started:.2f}s)")
+        return rc
+    except AirlockError as exc:
+        log(cfg, node or "?", "epilog", f"job {job}: error: {exc}")
+        return 0
+
 
 if __name__ == "__main__":
     sys.exit(main())

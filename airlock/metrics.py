@@ -1,0 +1,220 @@
+"""Prometheus metrics in the text exposition format, for node_exporter's textfile collector.
+
+Two files, both written with prometheus-client's write_to_textfile (a temp file renamed into
+place, so the collector never reads half a file):
+
+* the node's file, <textfile_dir>/airlock.prom, refreshed by the results store after every run
+  (HealthCheckProgram, prolog, epilog, registration suite, `airlock check`) when [metrics]
+  textfile_dir is set, or by `airlock metrics --node N`: the last run of each level.
+* the controller's file, <textfile_dir>/airlock-controller.prom, from `airlock metrics
+  --controller` (run it from cron or a systemd timer): every node's state from one Slurm call,
+  plus the recovery service's actions and circuit breaker when its database exists.
+
+Metric names and labels are part of the operator interface (docs/metrics.md); keep them stable.
+prometheus_client is imported only when a file is written, never on the hook's plain path.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+VERDICTS = ("pass", "warn", "fail", "skip")
+NODE_FILE = "airlock.prom"
+CONTROLLER_FILE = "airlock-controller.prom"
+
+
+@dataclass
+class MetricsSection:
+    # node_exporter's --collector.textfile.directory; "" = no textfile is written. May hold
+    # {node} (several nodes on one host, as in the dev cluster).
+    textfile_dir: str = ""
+
+
+def _textfile_dir(cfg, node: str = "") -> str:
+    folder = cfg.section("metrics").textfile_dir
+    return folder.replace("{node}", node) if node else folder
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return 1.0 if value else 0.0
+    if isinstance(value, (int, float)):
+        return float(value)
+    return None
+
+
+def node_registry(node: str, runs: dict[str, dict[str, Any]]):
+    """A registry with the node's metrics from the last run of each level."""
+    from prometheus_client import CollectorRegistry, Gauge
+
+    reg = CollectorRegistry()
+    run_verdict = Gauge("airlock_run_verdict", "Last run's verdict for the level (state set: 1 "
+                        "on the current verdict)", ["node", "level", "verdict"], registry=reg)
+    run_failed = Gauge("airlock_run_failed", "1 when the level's last run failed",
+                       ["node", "level"], registry=reg)
+    run_duration = Gauge("airlock_run_duration_seconds", "Duration of the level's last run",
+                         ["node", "level"], registry=reg)
+    run_time = Gauge("airlock_run_timestamp_seconds", "When the level's last run finished",
+                     ["node", "level"], registry=reg)
+    check_verdict = Gauge("airlock_check_verdict", "Last verdict of each check (state set)",
+                          ["node", "level", "check", "verdict"], registry=reg)
+    check_duration = Gauge("airlock_check_duration_seconds", "Duration of each check",
+                           ["node", "level", "check"], registry=reg)
+    check_attempts = Gauge("airlock_check_attempts", "Runs of the check (confirmation re-runs)",
+                           ["node", "level", "check"], registry=reg)
+    figure = Gauge("airlock_check_figure", "Numeric figures a check measured (bandwidth, "
+                   "TFLOPS, counts), as the check reports them",
+                   ["node", "level", "check", "figure"], registry=reg)
+    for level, run in sorted(runs.items()):
+        verdict = run.get("verdict", "")
+        for v in VERDICTS[:3]:
+            run_verdict.labels(node, level, v).set(1 if verdict == v else 0)
+        run_failed.labels(node, level).set(1 if verdict == "fail" else 0)
+        if _number(run.get("duration_s")) is not None:
+            run_duration.labels(node, level).set(run["duration_s"])
+        if _number(run.get("finished_at")) is not None:
+            run_time.labels(node, level).set(run["finished_at"])
+        for rec in run.get("checks", []):
+            check = str(rec.get("check", "?"))
+            for v in VERDICTS:
+                check_verdict.labels(node, level, check, v).set(
+                    1 if rec.get("verdict") == v else 0)
+            if _number(rec.get("duration_s")) is not None:
+                check_duration.labels(node, level, check).set(rec["duration_s"])
+            if _number(rec.get("attempts")) is not None:
+                check_attempts.labels(node, level, check).set(rec["attempts"])
+            for key, value in sorted((rec.get("figures") or {}).items()):
+                num = _number(value)
+                if num is not None:
+                    figure.labels(node, level, check, str(key)).set(num)
+    return reg
+
+
+def write_node_textfile(cfg, node: str, runs: dict[str, dict[str, Any]],
+                        folder: str | None = None) -> Path:
+    from prometheus_client import write_to_textfile
+
+    target = Path(folder or _textfile_dir(cfg, node)) / NODE_FILE
+    target.parent.mkdir(parents=True, exist_ok=True)
+    write_to_textfile(str(target), node_registry(node, runs))
+    return target
+
+
+def controller_registry(status: dict[str, Any], recovery: dict[str, Any]):
+    """A registry with every node's Airlock state and the recovery service's figures.
+
+    status is airlock.status.collect()'s document; recovery is airlock.status.recovery_metrics()
+    (empty when no recovery database exists, in which case no recovery metric is emitted).
+    """
+    from prometheus_client import CollectorRegistry, Gauge
+
+    from airlock.status import STATES
+
+    reg = CollectorRegistry()
+    node_state = Gauge("airlock_node_state", "Airlock's view of each node (state set)",
+                       ["node", "state"], registry=reg)
+    nodes = Gauge("airlock_nodes", "Nodes per Airlock state", ["state"], registry=reg)
+    last = Gauge("airlock_node_last_check_timestamp_seconds", "When the node's last run finished",
+                 ["node"], registry=reg)
+    took = Gauge("airlock_node_last_check_duration_seconds", "Duration of the node's last run",
+                 ["node"], registry=reg)
+    readable = Gauge("airlock_node_results_readable", "1 when the controller could read the "
+                     "node's results (0: only the Slurm reason is known)", ["node"], registry=reg)
+    scraped = Gauge("airlock_controller_timestamp_seconds", "When this file was written",
+                    registry=reg)
+    states = list(STATES) + sorted({r["airlock"] for r in status["nodes"]} - set(STATES))
+    for r in status["nodes"]:
+        for s in states:
+            node_state.labels(r["node"], s).set(1 if r["airlock"] == s else 0)
+        if r.get("last_check_at") is not None:
+            last.labels(r["node"]).set(r["last_check_at"])
+        if r.get("duration_s") is not None:
+            took.labels(r["node"]).set(r["duration_s"])
+        readable.labels(r["node"]).set(0 if r.get("results_problem") else 1)
+    for s in states:
+        nodes.labels(s).set(status["summary"].get(s, 0))
+    scraped.set(status.get("generated_at", time.time()))
+    if recovery:
+        actions = Gauge("airlock_recovery_actions_total", "Recovery actions taken, by action "
+                        "and result (a total kept by the recovery database)",
+                        ["action", "result"], registry=reg)
+        for (action, result), count in sorted(recovery.get("actions", {}).items()):
+            actions.labels(action, result).set(count)
+        if "breaker_open" in recovery:
+            Gauge("airlock_recovery_breaker_open", "1 while the circuit breaker stops all "
+                  "recovery actions", registry=reg).set(1 if recovery["breaker_open"] else 0)
+        if "in_flight" in recovery:
+            Gauge("airlock_recovery_in_flight", "Nodes with a recovery action under way",
+                  registry=reg).set(recovery["in_flight"])
+    return reg
+
+
+def write_controller_textfile(cfg, status: dict[str, Any], recovery: dict[str, Any],
+                              folder: str | None = None) -> Path:
+    from prometheus_client import write_to_textfile
+
+    target = Path(folder or _textfile_dir(cfg)) / CONTROLLER_FILE
+    target.parent.mkdir(parents=True, exist_ok=True)
+    write_to_textfile(str(target), controller_registry(status, recovery))
+    return target
+
+
+def __getattr__(name: str):
+    # The click command is built on first use: the hooks import this module for MetricsSection
+    # and must not pay for click.
+    if name == "metrics_cmd":
+        cmd = _build_command()
+        globals()["metrics_cmd"] = cmd
+        return cmd
+    raise AttributeError(name)
+
+
+def _build_command():
+    import click
+
+    @click.command("metrics")
+    @click.option("--node", "node", default=None,
+                  help="Write this node's file (default: this host).")
+    @click.option("--controller", is_flag=True,
+                  help="Write the controller's file (all nodes, recovery) instead.")
+    @click.option("--textfile-dir", default=None,
+                  help="Directory to write to (default: [metrics] textfile_dir).")
+    @click.option("--stdout", "to_stdout", is_flag=True, help="Print the metrics instead.")
+    @click.pass_context
+    def metrics_cmd(ctx: click.Context, node: str | None, controller: bool,
+                    textfile_dir: str | None, to_stdout: bool) -> None:
+        """Write Prometheus textfile metrics for node_exporter (node or controller view)."""
+        from prometheus_client import generate_latest
+
+        from airlock.cli import load_config, local_node_name
+        from airlock.errors import AirlockError
+
+        cfg = load_config(ctx)
+        if not (to_stdout or textfile_dir or cfg.section("metrics").textfile_dir):
+            raise AirlockError("no [metrics] textfile_dir configured: "
+                               "pass --textfile-dir or --stdout")
+        if controller:
+            from airlock import status as status_mod
+
+            data = status_mod.collect(cfg)
+            recovery = status_mod.recovery_metrics(cfg)
+            if to_stdout:
+                sys.stdout.write(generate_latest(controller_registry(data, recovery)).decode())
+                return
+            click.echo(write_controller_textfile(cfg, data, recovery, textfile_dir))
+            return
+        from airlock.results import Store
+
+        node = node or local_node_name()
+        runs = Store(cfg, node).latest_by_level()
+        if to_stdout:
+            sys.stdout.write(generate_latest(node_registry(node, runs)).decode())
+            return
+        folder = textfile_dir.replace("{node}", node) if textfile_dir else None
+        click.echo(write_node_textfile(cfg, node, runs, folder))
+
+    return metrics_cmd
