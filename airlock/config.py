@@ -72,16 +72,6 @@ class NvmlSection:
 
 
 @dataclass
-class ProfileSection:
-    name: str = ""  # "" = pick by detected GPU model and count
-    expected_gpus: int = -1  # -1 = from the profile
-
-    def validate(self) -> None:
-        if self.expected_gpus < -1:
-            raise ValueError("expected_gpus: must be -1 (from profile) or a count >= 0")
-
-
-@dataclass
 class CheckDefaults:
     timeout: float = 300.0  # per check, seconds
     confirm_runs: int = 1  # re-runs of a failing check before it counts as a failure
@@ -114,7 +104,9 @@ SECTIONS: dict[str, str] = {
     "registration": "airlock.config:RegistrationSection",
     "healthcheck": "airlock.config:HealthcheckSection",
     "nvml": "airlock.config:NvmlSection",
-    "profile": "airlock.config:ProfileSection",
+    "profile": "airlock.sku:ProfileSection",
+    "system": "airlock.checks.system:SystemSection",
+    "xid": "airlock.checks.xid:XidSection",
     "checks": "airlock.config:CheckDefaults",
     "burnin": "airlock.config:BurninSection",
     "metrics": "airlock.metrics:MetricsSection",

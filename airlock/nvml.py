@@ -6,11 +6,19 @@ host, so the simulation is keyed by node name. Without NVML and without a simula
 zero GPUs (a profile that expects GPUs then fails it with a clear reason).
 
 A hung driver call must not hang the hook: gather() runs under a watchdog thread and raises
-NvmlTimeout, which the checks report as its own failure ("nvml timeout").
+NvmlTimeout, which the `nvml` check reports as its own failure ("nvml timeout"). The stuck thread
+cannot be killed, and NVML serialises calls, so a second gather in the same process would hang
+too: while an earlier gather of the same backend is still stuck, gather() raises NvmlTimeout at
+once instead of waiting again.
+
+XIDs: NVML delivers XID events only to a process registered before they happen, so the snapshot
+holds those seen while it was taken (and the simulation's); the durable record is the kernel log,
+read by airlock.checks.xid.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
@@ -128,10 +136,26 @@ def read_simulation(path: str, node: str) -> dict[str, Any]:
     return entry
 
 
+def pci_key(bus_id: str) -> str:
+    """'00000000:3B:00.0' (NVML) and 'PCI:0000:3b:00' (kernel log) -> '0000:3b:00'."""
+    text = bus_id.strip().lower()
+    if text.startswith("pci:"):
+        text = text[4:]
+    text = text.split(".")[0]
+    parts = text.split(":")
+    if len(parts) == 3:
+        try:
+            return f"{int(parts[0], 16):04x}:{int(parts[1], 16):02x}:{int(parts[2], 16):02x}"
+        except ValueError:
+            return text
+    return text
+
+
 class SimulatedBackend:
     def __init__(self, path: str, node: str):
         self.path = path
         self.node = node
+        self.key = f"simulated:{path}:{node}"
 
     def snapshot(self) -> Snapshot:
         entry = read_simulation(self.path, self.node)
@@ -144,6 +168,8 @@ class SimulatedBackend:
 
 
 class NoGpuBackend:
+    key = "none"
+
     def snapshot(self) -> Snapshot:
         return Snapshot("none")
 
@@ -151,26 +177,36 @@ class NoGpuBackend:
 class PynvmlBackend:
     """Real NVML. Each field is read on its own so one unsupported query does not hide the rest."""
 
+    key = "nvml"
+
     def snapshot(self) -> Snapshot:
         import pynvml
 
-        pynvml.nvmlInit()
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError as exc:
+            # e.g. "Driver/library version mismatch" after a driver update without a reboot
+            raise NvmlError(f"nvml init failed: {exc}") from None
         try:
             driver = _str(pynvml.nvmlSystemGetDriverVersion())
-            gpus = tuple(self._gpu(pynvml, i, driver)
-                         for i in range(pynvml.nvmlDeviceGetCount()))
+            gpus = [self._gpu(pynvml, i, driver) for i in range(pynvml.nvmlDeviceGetCount())]
+            gpus = _with_xid_events(pynvml, gpus)
+        except pynvml.NVMLError as exc:
+            raise NvmlError(f"nvml error: {exc}") from None
         finally:
             try:
                 pynvml.nvmlShutdown()
             except pynvml.NVMLError:
                 pass
-        return Snapshot("nvml", gpus, driver_version=driver)
+        return Snapshot("nvml", tuple(gpus), driver_version=driver)
 
     def _gpu(self, nv, i: int, driver: str) -> Gpu:
         try:
             h = nv.nvmlDeviceGetHandleByIndex(i)
         except nv.NVMLError as exc:
-            if getattr(exc, "value", None) == getattr(nv, "NVML_ERROR_GPU_IS_LOST", -1):
+            # A GPU that fell off the bus answers GPU_IS_LOST, or UNKNOWN on older drivers
+            # (nvidia-smi's "Unable to determine the device handle ... Unknown Error").
+            if getattr(exc, "value", None) in _lost_codes(nv):
                 return Gpu(index=i, lost=True, driver_version=driver)
             raise NvmlError(f"GPU {i}: {exc}") from None
         values: dict[str, Any] = {"index": i, "driver_version": driver}
@@ -216,7 +252,7 @@ class PynvmlBackend:
         read("pcie_gen_max", nv.nvmlDeviceGetMaxPcieLinkGeneration, h)
         read("pcie_width", nv.nvmlDeviceGetCurrPcieLinkWidth, h)
         read("pcie_width_max", nv.nvmlDeviceGetMaxPcieLinkWidth, h)
-        read("throttle_reasons", nv.nvmlDeviceGetCurrentClocksThrottleReasons, h,
+        read("throttle_reasons", _clock_event_reasons, nv, h,
              post=lambda mask: _throttle_names(nv, mask))
         read("temperature_c", nv.nvmlDeviceGetTemperature, h, nv.NVML_TEMPERATURE_GPU)
         read("persistence_mode", nv.nvmlDeviceGetPersistenceMode, h,
@@ -224,6 +260,69 @@ class PynvmlBackend:
         read("compute_pids", nv.nvmlDeviceGetComputeRunningProcesses, h,
              post=lambda procs: tuple(int(p.pid) for p in procs))
         return Gpu(**values)
+
+
+def _lost_codes(nv) -> tuple[int, ...]:
+    return tuple(getattr(nv, n) for n in ("NVML_ERROR_GPU_IS_LOST", "NVML_ERROR_UNKNOWN")
+                 if hasattr(nv, n))
+
+
+def _clock_event_reasons(nv, handle) -> int:
+    # "Clocks event reasons" is the newer name (driver >= 535) of the same bit mask.
+    fn = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None)
+    if fn is not None:
+        try:
+            return fn(handle)
+        except nv.NVMLError:
+            pass
+    return nv.nvmlDeviceGetCurrentClocksThrottleReasons(handle)
+
+
+def _with_xid_events(nv, gpus: list[Gpu]) -> list[Gpu]:
+    """XID events NVML queued while we were registered (see the module note); a best effort,
+    never a reason to fail the gather."""
+    try:
+        event_set = nv.nvmlEventSetCreate()
+    except nv.NVMLError:
+        return gpus
+    handles = {}
+    try:
+        for g in gpus:
+            if g.lost:
+                continue
+            try:
+                h = nv.nvmlDeviceGetHandleByIndex(g.index)
+                nv.nvmlDeviceRegisterEvents(h, nv.nvmlEventTypeXidCriticalError, event_set)
+                handles[g.index] = h
+            except nv.NVMLError:
+                continue
+        found: dict[int, list[XidEvent]] = {}
+        for _ in range(256):
+            try:
+                data = nv.nvmlEventSetWait_v2(event_set, 0)
+            except nv.NVMLError:
+                break  # NVML_ERROR_TIMEOUT: nothing more queued
+            index = next((i for i, h in handles.items()
+                          if ctypes_addr(h) == ctypes_addr(data.device)), -1)
+            found.setdefault(index, []).append(
+                XidEvent(xid=int(data.eventData), time=time.time(), gpu=index, source="nvml"))
+    finally:
+        try:
+            nv.nvmlEventSetFree(event_set)
+        except nv.NVMLError:
+            pass
+    if not found:
+        return gpus
+    return [dataclasses.replace(g, xids=g.xids + tuple(found.get(g.index, ()))) for g in gpus]
+
+
+def ctypes_addr(handle: Any) -> int:
+    import ctypes
+
+    try:
+        return ctypes.cast(handle, ctypes.c_void_p).value or 0
+    except (TypeError, ctypes.ArgumentError):
+        return id(handle)
 
 
 _THROTTLE_BITS = {
@@ -249,14 +348,26 @@ def _str(value: Any) -> str:
 
 
 def real_nvml_available() -> bool:
+    """True when this is a GPU node as far as NVML can tell. Only "no NVML library" and "no
+    driver loaded" mean a CPU node; any other init failure (a driver/library mismatch, a driver
+    in a bad state) is a GPU node whose gather must fail loudly, not pass as `cpu`."""
     try:
         import pynvml
-
+    except ImportError:
+        return False
+    try:
         pynvml.nvmlInit()
-        pynvml.nvmlShutdown()
-        return True
+    except pynvml.NVMLError as exc:
+        absent = {getattr(pynvml, n, None) for n in
+                  ("NVML_ERROR_LIBRARY_NOT_FOUND", "NVML_ERROR_DRIVER_NOT_LOADED")}
+        return getattr(exc, "value", None) not in absent
     except Exception:
         return False
+    try:
+        pynvml.nvmlShutdown()
+    except pynvml.NVMLError:
+        pass
+    return True
 
 
 def backend_for(cfg, node: str):
@@ -267,8 +378,17 @@ def backend_for(cfg, node: str):
     return NoGpuBackend()
 
 
+_HUNG: dict[str, threading.Thread] = {}  # backend key -> its gather thread that never returned
+
+
 def gather(backend, timeout: float) -> Snapshot:
     """Take a snapshot under a watchdog: a hung call raises NvmlTimeout instead of hanging."""
+    key = getattr(backend, "key", type(backend).__name__)
+    stuck = _HUNG.get(key)
+    if stuck is not None:
+        if stuck.is_alive():
+            raise NvmlTimeout("nvml timeout: an earlier call is still hung")
+        del _HUNG[key]
     box: dict[str, Any] = {}
 
     def work() -> None:
@@ -282,6 +402,7 @@ def gather(backend, timeout: float) -> Snapshot:
     t.start()
     t.join(timeout)
     if t.is_alive():
+        _HUNG[key] = t
         raise NvmlTimeout(f"nvml timeout: no answer within {timeout:g} s")
     if "exc" in box:
         exc = box["exc"]

@@ -1,20 +1,63 @@
-"""SKU profiles, shipped as TOML data in airlock/profiles/ (one file per SKU).
+"""SKU profiles, shipped as TOML data in airlock/profiles/ (one file per SKU), plus site profiles
+from [profile] dirs (a site file with the same name replaces the built-in one).
 
-A profile is picked by name from the config ([profile] name), else by the detected GPU model
-(a profile's `models` are substrings of the NVML name) with the count breaking ties; a node with
-no GPUs gets the `cpu` profile.
+Which profile a node gets, most specific first:
+  1. [profile.by_node]       node name or hostlist expression -> profile
+  2. [profile.by_partition]  Slurm partition -> profile   (first match in table order)
+  3. [profile.by_feature]    Slurm node feature -> profile (first match in table order)
+  4. [profile] name
+  5. detected: the first GPU's NVML name contains one of a profile's `models`, the count
+     breaking ties; a node with no GPUs gets `cpu`.
+Partitions and features come from one `scontrol show node` call, made only when those tables are
+set (the same call gives the node's GRES to the gpu_count check), and shared by every check of a
+run, so the quick path makes at most one Slurm call.
 
-Fields: name, models (list of NVML name substrings), gpus (expected count), memory_mib (per GPU).
+Every key a profile may carry is in SCHEMA below, with its type and default; an unknown key or a
+wrong type is a clear error naming the file and the key (a typo must not silently drop a floor).
 """
 
 from __future__ import annotations
 
+import os
 import tomllib
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-from airlock.errors import ConfigError
+from airlock.errors import AirlockError, ConfigError
+
+DTYPES = ("bf16", "fp16", "tf32", "fp32")
+ACTIONS = ("fail", "warn", "ignore")
+# The names airlock.nvml gives the NVML clock event ("throttle") reason bits.
+THROTTLE_NAMES = ("gpu_idle", "app_clocks", "sw_power_cap", "hw_slowdown", "sync_boost",
+                  "sw_thermal", "hw_thermal", "hw_power_brake", "display_clocks")
+NOT_PROFILES = {"xid_policy.toml"}  # data files that live beside the profiles
+
+# key: (kind, default, meaning). Kinds: str, int, number, strings, throttle, tflops, action.
+SCHEMA: dict[str, tuple[str, Any, str]] = {
+    "name": ("str", None, "profile name (required; what config and results refer to)"),
+    "description": ("str", "", "one line for people"),
+    "models": ("strings", [], "substrings of the NVML GPU name that identify this SKU"),
+    "gpus": ("int", 0, "expected GPU count"),
+    "memory_mib": ("int", 0, "expected memory per GPU (NVML total), MiB; 0 = not checked"),
+    "memory_tolerance_pct": ("number", 1.0, "how far below memory_mib a GPU may report"),
+    "tflops_floor": ("tflops", {}, "burn-in floor per dtype (bf16, fp16, tf32, fp32), TFLOPS"),
+    "busbw_floor_gbps": ("number", 0.0, "intra-node all-reduce bus bandwidth floor, GB/s"),
+    "nvlink_links": ("int", 0, "active NVLink links expected per GPU; 0 = no NVLink"),
+    "pcie_gen": ("int", 0, "expected PCIe generation; 0 = the device's reported max"),
+    "pcie_width": ("int", 0, "expected PCIe width; 0 = the device's reported max"),
+    "pcie_gen_below": ("action", "warn", "a link running below its generation (idle GPUs "
+                                         "downshift, so warn by default)"),
+    "throttle_allowed": ("throttle", [], "clock event reasons that are normal"),
+    "throttle_warn": ("throttle", [], "reasons recorded as a warning"),
+    "throttle_fail": ("throttle", [], "reasons that fail the node"),
+    "temp_warn_c": ("int", 0, "GPU temperature that warns; 0 = off"),
+    "temp_fail_c": ("int", 0, "GPU temperature that fails; 0 = off"),
+    "ecc_dram_max": ("int", 0, "volatile uncorrectable DRAM ECC errors tolerated"),
+    "ecc_sram_max": ("int", 0, "volatile uncorrectable SRAM ECC errors tolerated"),
+    "persistence_mode": ("action", "warn", "what persistence mode off means"),
+    "xid_policy": ("str", "default", "a table of xid_policy.toml (or [xid] policy_file)"),
+}
 
 
 @dataclass(frozen=True)
@@ -24,42 +67,140 @@ class Profile:
     gpus: int = 0
     memory_mib: int = 0
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
+    origin: str = ""
 
     def get(self, key: str, default: Any = None) -> Any:
-        return self.extra.get(key, default)
+        value = self.extra.get(key)
+        return default if value is None else value
 
 
 _BASE_KEYS = {"name", "models", "gpus", "memory_mib"}
 
 
-def _from_dict(data: dict[str, Any], origin: str) -> Profile:
+def _check_value(kind: str, key: str, value: Any) -> Any:
+    def bad(expected: str) -> ValueError:
+        return ValueError(f"{key}: expected {expected}, got {value!r}")
+
+    if kind == "str":
+        if not isinstance(value, str):
+            raise bad("a string")
+        return value
+    if kind == "int":
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise bad("a whole number >= 0")
+        return value
+    if kind == "number":
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise bad("a number >= 0")
+        return float(value)
+    if kind in ("strings", "throttle"):
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise bad("a list of strings")
+        if kind == "throttle":
+            unknown = [v for v in value if v not in THROTTLE_NAMES]
+            if unknown:
+                raise ValueError(f"{key}: unknown throttle reason {unknown[0]!r} "
+                                 f"(known: {', '.join(THROTTLE_NAMES)})")
+        return list(value)
+    if kind == "tflops":
+        if not isinstance(value, dict):
+            raise bad("a table like {bf16 = 500, fp32 = 40}")
+        out = {}
+        for dtype, floor in value.items():
+            if dtype not in DTYPES:
+                raise ValueError(f"{key}: unknown dtype {dtype!r} (known: {', '.join(DTYPES)})")
+            out[dtype] = _check_value("number", f"{key}.{dtype}", floor)
+        return out
+    if kind == "action":
+        if value not in ACTIONS:
+            raise bad(f"one of {', '.join(ACTIONS)}")
+        return value
+    raise AssertionError(kind)
+
+
+def from_dict(data: dict[str, Any], origin: str) -> Profile:
+    """Validate one profile's data; every problem is a ConfigError naming origin and key."""
     try:
-        return Profile(
-            name=str(data["name"]),
-            models=tuple(data.get("models", ())),
-            gpus=int(data.get("gpus", 0)),
-            memory_mib=int(data.get("memory_mib", 0)),
-            extra={k: v for k, v in data.items() if k not in _BASE_KEYS},
-        )
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ConfigError(f"profile {origin}: invalid: {exc}") from None
+        if not isinstance(data, dict):
+            raise ValueError("expected a table")
+        unknown = sorted(set(data) - set(SCHEMA))
+        if unknown:
+            raise ValueError(f"unknown key {unknown[0]!r}")
+        if "name" not in data:
+            raise ValueError("missing key 'name'")
+        values = {k: _check_value(SCHEMA[k][0], k, v) for k, v in data.items()}
+        if not values["name"]:
+            raise ValueError("name: must not be empty")
+        overlap = (set(values.get("throttle_fail", [])) & set(values.get("throttle_warn", []))
+                   | set(values.get("throttle_allowed", [])) & set(values.get("throttle_fail", []))
+                   | set(values.get("throttle_allowed", [])) & set(values.get("throttle_warn", [])))
+        if overlap:
+            raise ValueError(f"throttle reason {sorted(overlap)[0]!r} is in two of "
+                             "throttle_allowed/throttle_warn/throttle_fail")
+        warn_c, fail_c = values.get("temp_warn_c", 0), values.get("temp_fail_c", 0)
+        if warn_c and fail_c and warn_c > fail_c:
+            raise ValueError(f"temp_warn_c {warn_c} is above temp_fail_c {fail_c}")
+    except ValueError as exc:
+        raise ConfigError(f"profile {origin}: {exc}") from None
+    extra = {k: default for k, (_, default, _) in SCHEMA.items() if k not in _BASE_KEYS}
+    extra.update({k: v for k, v in values.items() if k not in _BASE_KEYS})
+    return Profile(name=values["name"], models=tuple(values.get("models", ())),
+                   gpus=values.get("gpus", 0), memory_mib=values.get("memory_mib", 0),
+                   extra=extra, origin=origin)
+
+
+def load_file(path: str) -> Profile:
+    try:
+        with open(path, "rb") as fh:
+            data = tomllib.load(fh)
+    except OSError as exc:
+        raise ConfigError(f"profile {path}: {exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"profile {path}: invalid TOML: {exc}") from None
+    return from_dict(data, path)
+
+
+_CACHE: dict[tuple[str, ...], dict[str, Profile]] = {}
 
 
 def builtin() -> dict[str, Profile]:
-    out = {}
-    for entry in resources.files("airlock.profiles").iterdir():
-        if entry.name.endswith(".toml"):
-            p = _from_dict(tomllib.loads(entry.read_text()), entry.name)
+    out: dict[str, Profile] = {}
+    for entry in sorted(resources.files("airlock.profiles").iterdir(), key=lambda e: e.name):
+        if entry.name.endswith(".toml") and entry.name not in NOT_PROFILES:
+            try:
+                data = tomllib.loads(entry.read_text())
+            except tomllib.TOMLDecodeError as exc:
+                raise ConfigError(f"profile {entry.name}: invalid TOML: {exc}") from None
+            p = from_dict(data, entry.name)
             out[p.name] = p
     return out
 
 
-def select(models: list[str], count: int, name: str = "") -> Profile:
-    profiles = builtin()
-    if name:
-        if name not in profiles:
-            raise ConfigError(f"unknown profile {name!r} (known: {', '.join(sorted(profiles))})")
-        return profiles[name]
+def available(dirs: list[str] | tuple[str, ...] = ()) -> dict[str, Profile]:
+    """Built-in profiles, then each site directory's *.toml (later ones replace earlier)."""
+    key = tuple(dirs)
+    if key not in _CACHE:
+        profiles = builtin()
+        for d in dirs:
+            if not os.path.isdir(d):
+                raise ConfigError(f"profile directory {d}: not found")
+            for fname in sorted(os.listdir(d)):
+                if fname.endswith(".toml") and fname not in NOT_PROFILES:
+                    p = load_file(os.path.join(d, fname))
+                    profiles[p.name] = p
+        _CACHE[key] = profiles
+    return _CACHE[key]
+
+
+def named(name: str, dirs: list[str] | tuple[str, ...] = ()) -> Profile:
+    profiles = available(dirs)
+    if name not in profiles:
+        raise ConfigError(f"unknown profile {name!r} (known: {', '.join(sorted(profiles))})")
+    return profiles[name]
+
+
+def detect(models: list[str], count: int, dirs: list[str] | tuple[str, ...] = ()) -> Profile:
+    profiles = available(dirs)
     if count == 0 or not models:
         return profiles["cpu"]
     model = models[0]
@@ -67,6 +208,106 @@ def select(models: list[str], count: int, name: str = "") -> Profile:
     if not matches:
         # An unknown SKU still gets its count checked against what is there now; its figures
         # are judged only by fixed floors the operator configures.
-        return Profile(name=f"auto:{model}", models=(model,), gpus=count)
+        return from_dict({"name": f"auto:{model}", "models": [model], "gpus": count}, "detected")
     matches.sort(key=lambda p: (p.gpus != count, p.name))
     return matches[0]
+
+
+def select(models: list[str], count: int, name: str = "") -> Profile:
+    """By name, else detected (kept for callers without a config)."""
+    return named(name) if name else detect(models, count)
+
+
+# --- the [profile] config section and per-node selection --------------------------------------
+@dataclass
+class ProfileSection:
+    name: str = ""  # "" = by_* tables, else detected GPU model and count
+    expected_gpus: int = -1  # -1 = from the profile
+    dirs: list[str] = field(default_factory=list)  # site profile directories
+    by_node: dict[str, str] = field(default_factory=dict)  # node or hostlist -> profile
+    by_partition: dict[str, str] = field(default_factory=dict)
+    by_feature: dict[str, str] = field(default_factory=dict)
+    gres: bool = True  # compare the GPU count with the node's Slurm GRES (one scontrol call)
+    slurm_timeout: float = 3.0  # for that one call; a slow controller must not fail a node
+
+    def validate(self) -> None:
+        if self.expected_gpus < -1:
+            raise ValueError("expected_gpus: must be -1 (from profile) or a count >= 0")
+        if not self.slurm_timeout > 0:
+            raise ValueError("slurm_timeout: must be > 0")
+        try:
+            profiles = available(self.dirs)
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
+        for table in ("by_node", "by_partition", "by_feature"):
+            for key, pname in getattr(self, table).items():
+                if pname not in profiles:
+                    raise ValueError(f"{table}.{key}: unknown profile {pname!r} "
+                                     f"(known: {', '.join(sorted(profiles))})")
+        if self.name and self.name not in profiles:
+            raise ValueError(f"name: unknown profile {self.name!r} "
+                             f"(known: {', '.join(sorted(profiles))})")
+
+    @property
+    def needs_slurm(self) -> bool:
+        return bool(self.by_partition or self.by_feature)
+
+
+def match_node(node: str, table: dict[str, str]) -> str:
+    if node in table:
+        return table[node]
+    from airlock.slurm import expand
+
+    for expr, pname in table.items():
+        if any(c in expr for c in "[,") and node in expand(expr):
+            return pname
+    return ""
+
+
+def choose_name(section: ProfileSection, node: str, facts: Any) -> tuple[str, str]:
+    """(profile name, why) from config alone; ("", "") means detect from the GPUs.
+
+    `facts` is the node's Slurm record (partitions, features) or None when unknown."""
+    pname = match_node(node, section.by_node)
+    if pname:
+        return pname, f"by_node {node}"
+    if facts is not None:
+        for part, pname in section.by_partition.items():
+            if part in facts.partitions:
+                return pname, f"by_partition {part}"
+        for feat, pname in section.by_feature.items():
+            if feat in facts.features:
+                return pname, f"by_feature {feat}"
+    if section.name:
+        return section.name, "config name"
+    return "", ""
+
+
+def node_facts(ctx) -> Any:
+    """The node's Slurm record, fetched once per run and shared; None when Slurm is unreachable
+    (the caller then judges without it and says so)."""
+    cached = getattr(ctx, "_slurm_facts", False)
+    if cached is not False:
+        return cached
+    from airlock.slurm import Slurm
+
+    facts, error = None, ""
+    try:
+        slurm = Slurm.from_config(ctx.cfg)
+        slurm.timeout = min(slurm.timeout, ctx.cfg.profile.slurm_timeout)
+        facts = slurm.node(ctx.node)
+    except AirlockError as exc:
+        error = str(exc)
+    ctx._slurm_facts = facts
+    ctx._slurm_facts_error = error
+    return facts
+
+
+def for_context(ctx) -> Profile:
+    section: ProfileSection = ctx.cfg.profile
+    facts = node_facts(ctx) if section.needs_slurm else None
+    pname, _why = choose_name(section, ctx.node, facts)
+    if pname:
+        return named(pname, section.dirs)
+    snap = ctx.snapshot
+    return detect(snap.models, snap.count, section.dirs)

@@ -34,8 +34,7 @@ class Context:
     @property
     def profile(self) -> sku.Profile:
         if self._profile is None:
-            snap = self.snapshot
-            self._profile = sku.select(snap.models, snap.count, self.cfg.profile.name)
+            self._profile = sku.for_context(self)  # config (node/partition/feature), else detected
         return self._profile
 
     def fault(self, name: str) -> str | None:

@@ -22,7 +22,27 @@ class CheckSpec:
 
 
 CHECKS: tuple[CheckSpec, ...] = (
+    # NVML: `nvml` first, so a failed or hung gather is named once, as itself. Its timeout is a
+    # backstop above [nvml] timeout (the gather's own watchdog, 5 s by default).
+    CheckSpec("nvml", ALL, "airlock.checks.nvml_checks:check_nvml", timeout=30),
+    CheckSpec("gpu_lost", ALL, "airlock.checks.nvml_checks:check_gpu_lost", timeout=10),
     CheckSpec("gpu_count", ALL, "airlock.checks.inventory:check_gpu_count", timeout=10),
+    CheckSpec("gpu_memory", ALL, "airlock.checks.nvml_checks:check_gpu_memory", timeout=10),
+    CheckSpec("driver", ALL, "airlock.checks.nvml_checks:check_driver", timeout=10),
+    CheckSpec("ecc", ALL, "airlock.checks.nvml_checks:check_ecc", timeout=10),
+    CheckSpec("retired_pages", ALL, "airlock.checks.nvml_checks:check_retired_pages", timeout=10),
+    CheckSpec("row_remap", ALL, "airlock.checks.nvml_checks:check_row_remap", timeout=10),
+    CheckSpec("xid", ALL, "airlock.checks.xid:check_xid", timeout=10),
+    CheckSpec("nvlink", ALL, "airlock.checks.nvml_checks:check_nvlink", timeout=10),
+    CheckSpec("pcie", ALL, "airlock.checks.nvml_checks:check_pcie", timeout=10),
+    CheckSpec("throttle", ALL, "airlock.checks.nvml_checks:check_throttle", timeout=10),
+    CheckSpec("temperature", ALL, "airlock.checks.nvml_checks:check_temperature", timeout=10),
+    CheckSpec("persistence", ALL, "airlock.checks.nvml_checks:check_persistence", timeout=10),
+    # System: a hung NFS mount blocks statvfs/open, so each has a timeout of its own.
+    CheckSpec("rdma", ALL, "airlock.checks.system:check_rdma", timeout=5),
+    CheckSpec("disk", ALL, "airlock.checks.system:check_disk", timeout=10),
+    CheckSpec("mounts", ALL, "airlock.checks.system:check_mounts", timeout=10),
+    CheckSpec("memory", ALL, "airlock.checks.system:check_memory", timeout=5),
     CheckSpec("burnin", HEAVY, "airlock.checks.burnin:check_burnin", isolated=True,
               timeout_key="burnin.timeout"),
 )

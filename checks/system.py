@@ -1,0 +1,284 @@
+"""System quick checks: RDMA ports, disk space, required mounts, host memory.
+
+Everything is read under [system] sys_root and proc_root (default /sys and /proc), so tests point
+them at a tree in a temp directory. A check with nothing configured skips: an unconfigured check
+that "passes" would claim a health it never looked at.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from airlock.checks.base import Outcome, failed, passed, skipped
+
+
+@dataclass
+class SystemSection:
+    sys_root: str = "/sys"
+    proc_root: str = "/proc"
+    rdma_ports: int = 0  # ACTIVE RDMA (InfiniBand, RoCE or EFA) ports expected; 0 = not checked
+    rdma_devices: list[str] = field(default_factory=list)  # only these devices; [] = all
+    rdma_rate_gbps: float = 0.0  # minimum rate of each active port; 0 = not checked
+    disk_paths: list[str] = field(default_factory=list)
+    disk_min_free_gib: float = 1.0
+    disk_min_free_inodes_pct: float = 1.0
+    mounts: list[str] = field(default_factory=list)  # must be mount points, and writable
+    mounts_writable: bool = True
+    min_memory_gib: float = 0.0  # MemTotal floor; 0 = not checked
+
+    def validate(self) -> None:
+        for key in ("rdma_ports", "rdma_rate_gbps", "disk_min_free_gib",
+                    "disk_min_free_inodes_pct", "min_memory_gib"):
+            if getattr(self, key) < 0:
+                raise ValueError(f"{key}: must be >= 0")
+        if self.disk_min_free_inodes_pct > 100:
+            raise ValueError("disk_min_free_inodes_pct: must be <= 100")
+        for key in ("disk_paths", "mounts"):
+            for p in getattr(self, key):
+                if not os.path.isabs(p):
+                    raise ValueError(f"{key}: {p!r} is not an absolute path")
+
+
+# --- RDMA ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RdmaPort:
+    device: str
+    port: str
+    state: str  # "ACTIVE", "DOWN", "INIT", ...
+    rate_gbps: float  # 0 when unreadable
+
+    @property
+    def name(self) -> str:
+        return f"{self.device}/{self.port}"
+
+
+def parse_state(text: str) -> str:
+    """'4: ACTIVE' -> 'ACTIVE'."""
+    return text.strip().split(":", 1)[-1].strip().upper()
+
+
+def parse_rate(text: str) -> float:
+    """'400 Gb/sec (4X NDR)' -> 400.0; '' or junk -> 0."""
+    try:
+        return float(text.strip().split()[0])
+    except (IndexError, ValueError):
+        return 0.0
+
+
+def read_rdma_ports(sys_root: str, devices: list[str] | None = None) -> list[RdmaPort]:
+    base = os.path.join(sys_root, "class", "infiniband")
+    try:
+        names = sorted(os.listdir(base))
+    except OSError:
+        return []
+    ports = []
+    for dev in names:
+        if devices and dev not in devices:
+            continue
+        pdir = os.path.join(base, dev, "ports")
+        try:
+            port_names = sorted(os.listdir(pdir), key=lambda p: (len(p), p))
+        except OSError:
+            continue
+        for port in port_names:
+            ports.append(RdmaPort(dev, port, parse_state(_read(os.path.join(pdir, port, "state"))),
+                                  parse_rate(_read(os.path.join(pdir, port, "rate")))))
+    return ports
+
+
+def verdict_rdma(ports: list[RdmaPort], expected: int, min_rate_gbps: float) -> Outcome:
+    if not expected and not min_rate_gbps:
+        return skipped("rdma", "no RDMA ports configured")
+    active = [p for p in ports if p.state == "ACTIVE"]
+    figures: dict[str, Any] = {"active": len(active), "expected": expected,
+                               "ports": {p.name: p.state for p in ports}}
+    if expected and len(active) < expected:
+        down = [p for p in ports if p.state != "ACTIVE"]
+        why = f": {down[0].name} {down[0].state}" if down else ""
+        if not ports:
+            why = ": no RDMA devices"
+        return failed("rdma", f"{len(active)}/{expected} ports active{why}", "reboot", **figures)
+    if min_rate_gbps:
+        slow = [p for p in active if p.rate_gbps < min_rate_gbps]
+        if slow:
+            p = min(slow, key=lambda x: x.rate_gbps)
+            return failed("rdma", f"{p.name} {p.rate_gbps:g} Gb/s < {min_rate_gbps:g}",
+                          "reboot", **figures)
+    rate = f" at >= {min_rate_gbps:g} Gb/s" if min_rate_gbps else ""
+    return passed("rdma", f"{len(active)} ports active{rate}", **figures)
+
+
+def check_rdma(ctx) -> Outcome:
+    s: SystemSection = ctx.cfg.system
+    if not s.rdma_ports and not s.rdma_rate_gbps:
+        return skipped("rdma", "no RDMA ports configured")
+    return verdict_rdma(read_rdma_ports(s.sys_root, s.rdma_devices), s.rdma_ports,
+                        s.rdma_rate_gbps)
+
+
+# --- disk ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class DiskStat:
+    path: str
+    free_gib: float
+    inodes_free_pct: float | None  # None when the filesystem has no inode count (e.g. btrfs)
+    error: str = ""
+
+
+def stat_disk(path: str) -> DiskStat:
+    try:
+        st = os.statvfs(path)
+    except OSError as exc:
+        return DiskStat(path, 0.0, None, exc.strerror or str(exc))
+    free = st.f_bavail * st.f_frsize / (1 << 30)
+    inodes = st.f_favail * 100.0 / st.f_files if st.f_files else None
+    return DiskStat(path, free, inodes)
+
+
+def verdict_disk(stats: list[DiskStat], min_free_gib: float, min_inodes_pct: float) -> Outcome:
+    if not stats:
+        return skipped("disk", "no disk paths configured")
+    figures = {s.path: round(s.free_gib, 2) for s in stats}
+    for s in stats:
+        if s.error:
+            return failed("disk", f"{s.path}: {s.error}", **figures)
+        if s.free_gib < min_free_gib:
+            return failed("disk", f"{s.path} {s.free_gib:.2f} GiB free < {min_free_gib:g}",
+                          **figures)
+        if s.inodes_free_pct is not None and s.inodes_free_pct < min_inodes_pct:
+            return failed("disk", f"{s.path} {s.inodes_free_pct:.2f}% inodes free "
+                          f"< {min_inodes_pct:g}%", **figures)
+    least = min(stats, key=lambda s: s.free_gib)
+    return passed("disk", f"min {least.free_gib:.1f} GiB free ({least.path})", **figures)
+
+
+def check_disk(ctx) -> Outcome:
+    s: SystemSection = ctx.cfg.system
+    return verdict_disk([stat_disk(p) for p in s.disk_paths], s.disk_min_free_gib,
+                        s.disk_min_free_inodes_pct)
+
+
+# --- mounts -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class MountState:
+    path: str
+    mounted: bool
+    read_only: bool = False
+    writable: bool | None = None  # None = not tried
+    error: str = ""
+
+
+def _unescape(field_: str) -> str:
+    # /proc/mounts escapes space, tab, newline and backslash as octal (\040 ...).
+    out, i = [], 0
+    while i < len(field_):
+        if field_[i] == "\\" and field_[i + 1:i + 4].isdigit():
+            out.append(chr(int(field_[i + 1:i + 4], 8)))
+            i += 4
+        else:
+            out.append(field_[i])
+            i += 1
+    return "".join(out)
+
+
+def parse_mounts(text: str) -> dict[str, set[str]]:
+    """mount point -> options; a later mount over the same point wins."""
+    out: dict[str, set[str]] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) >= 4:
+            out[_unescape(parts[1])] = set(parts[3].split(","))
+    return out
+
+
+def try_write(path: str) -> str:
+    """'' when a file can be created and removed in path, else why not."""
+    probe = os.path.join(path, f".airlock-write-test-{os.getpid()}")
+    try:
+        fd = os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        try:
+            os.write(fd, b"airlock\n")
+        finally:
+            os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return ""
+
+
+def verdict_mounts(states: list[MountState]) -> Outcome:
+    if not states:
+        return skipped("mounts", "no mounts configured")
+    for st in states:
+        if not st.mounted:
+            return failed("mounts", f"{st.path} not mounted", "reboot")
+        if st.writable is False:
+            why = "read-only" if st.read_only else st.error or "not writable"
+            return failed("mounts", f"{st.path} {why}", "reboot")
+    return passed("mounts", f"{len(states)} mounted" + (
+        ", writable" if all(s.writable for s in states) else ""))
+
+
+def check_mounts(ctx) -> Outcome:
+    s: SystemSection = ctx.cfg.system
+    if not s.mounts:
+        return skipped("mounts", "no mounts configured")
+    try:
+        table = parse_mounts(_read(os.path.join(s.proc_root, "mounts"), strict=True))
+    except OSError as exc:
+        return failed("mounts", f"cannot read mounts: {exc.strerror or exc}")
+    states = []
+    for path in s.mounts:
+        opts = table.get(path.rstrip("/") or "/")
+        if opts is None:
+            states.append(MountState(path, False))
+            continue
+        ro = "ro" in opts
+        if s.mounts_writable:
+            error = "read-only" if ro else try_write(path)
+            states.append(MountState(path, True, ro, not error, error))
+        else:
+            states.append(MountState(path, True, ro))
+    return verdict_mounts(states)
+
+
+# --- host memory --------------------------------------------------------------------------------
+def parse_meminfo_total_kib(text: str) -> int:
+    for line in text.splitlines():
+        if line.startswith("MemTotal:"):
+            return int(line.split()[1])
+    raise ValueError("no MemTotal line")
+
+
+def verdict_memory(total_kib: int, min_gib: float) -> Outcome:
+    if not min_gib:
+        return skipped("memory", "no memory floor configured")
+    gib = total_kib / (1 << 20)
+    if gib < min_gib:
+        # A DIMM that dropped out at boot shows up exactly like this.
+        return failed("memory", f"{gib:.1f} GiB < {min_gib:g} GiB", "reboot", total_gib=gib)
+    return passed("memory", f"{gib:.1f} GiB", total_gib=round(gib, 2))
+
+
+def check_memory(ctx) -> Outcome:
+    s: SystemSection = ctx.cfg.system
+    if not s.min_memory_gib:
+        return skipped("memory", "no memory floor configured")
+    path = os.path.join(s.proc_root, "meminfo")
+    try:
+        total = parse_meminfo_total_kib(_read(path, strict=True))
+    except (OSError, ValueError) as exc:
+        return failed("memory", f"{path}: {getattr(exc, 'strerror', None) or exc}")
+    return verdict_memory(total, s.min_memory_gib)
+
+
+def _read(path: str, strict: bool = False) -> str:
+    try:
+        with open(path) as fh:
+            return fh.read()
+    except OSError:
+        if strict:
+            raise
+        return ""

@@ -1,0 +1,347 @@
+"""XID events judged by a policy kept as data (airlock/profiles/xid_policy.toml).
+
+Two sources, merged: the NVML snapshot (events seen while it was taken, and the simulation's)
+and the kernel log, where the driver writes every XID as
+    NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus.
+The kernel log is `dmesg` (default) or a file such as /var/log/kern.log, read from its tail only,
+so a huge log cannot slow the quick path. Lines are dated by an ISO timestamp (dmesg
+--time-format iso, rsyslog, journalctl -o short-iso), a classic syslog date, or dmesg's
+"[seconds since boot]"; an undated line cannot be placed in the window and is only counted.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import time
+import tomllib
+from dataclasses import dataclass
+from datetime import datetime
+from importlib import resources
+from typing import Any
+
+from airlock.checks.base import Outcome, failed, passed, warned
+
+from airlock.errors import ConfigError
+from airlock.nvml import NvmlError, XidEvent, pci_key
+
+ACTIONS = ("fail", "warn", "ignore")
+
+
+@dataclass
+class XidSection:
+    # "dmesg", a file path (e.g. /var/log/kern.log), or "" to read no kernel log
+    kernel_log: str = "dmesg"
+    kernel_log_max_bytes: int = 4 << 20  # only the tail of a file is read
+    policy_file: str = ""  # "" = the built-in xid_policy.toml
+    dmesg_timeout: float = 3.0
+
+    def validate(self) -> None:
+        if self.kernel_log_max_bytes <= 0:
+            raise ValueError("kernel_log_max_bytes: must be > 0")
+        if not self.dmesg_timeout > 0:
+            raise ValueError("dmesg_timeout: must be > 0")
+        if self.policy_file:
+            load_policies(self.policy_file)
+
+
+@dataclass(frozen=True)
+class XidPolicy:
+    name: str
+    fatal: frozenset[int]
+    warn: frozenset[int] = frozenset()
+    ignore: frozenset[int] = frozenset()
+    default: str = "warn"
+    window_s: float = 7200.0
+    dedup_s: float = 60.0
+    since_boot: bool = True
+    remediation: str = "reboot"
+
+    def action(self, xid: int) -> str:
+        if xid in self.fatal:
+            return "fail"
+        if xid in self.warn:
+            return "warn"
+        if xid in self.ignore:
+            return "ignore"
+        return self.default
+
+
+# --- the policy file ---------------------------------------------------------------------------
+_POLICY_KEYS = {"fatal", "warn", "ignore", "default", "window_s", "dedup_s", "since_boot",
+                "remediation"}
+
+
+def _xid_set(value: Any, where: str) -> frozenset[int]:
+    if not isinstance(value, list):
+        raise ConfigError(f"{where}: expected a list of XIDs or \"a-b\" ranges, got {value!r}")
+    out: set[int] = set()
+    for item in value:
+        if isinstance(item, int) and not isinstance(item, bool) and item > 0:
+            out.add(item)
+            continue
+        m = re.fullmatch(r"\s*(\d+)\s*-\s*(\d+)\s*", item) if isinstance(item, str) else None
+        if not m or int(m.group(1)) > int(m.group(2)):
+            raise ConfigError(f"{where}: bad XID or range {item!r}")
+        out.update(range(int(m.group(1)), int(m.group(2)) + 1))
+    return frozenset(out)
+
+
+def policy_from_dict(name: str, data: Any, origin: str) -> XidPolicy:
+    where = f"xid policy {origin} [{name}]"
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected a table")
+    unknown = sorted(set(data) - _POLICY_KEYS)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key {unknown[0]!r}")
+    sets = {k: _xid_set(data.get(k, []), f"{where} {k}") for k in ("fatal", "warn", "ignore")}
+    for a, b in (("fatal", "warn"), ("fatal", "ignore"), ("warn", "ignore")):
+        both = sets[a] & sets[b]
+        if both:
+            raise ConfigError(f"{where}: XID {min(both)} is in both {a} and {b}")
+    default = data.get("default", "warn")
+    if default not in ACTIONS:
+        raise ConfigError(f"{where} default: must be one of {', '.join(ACTIONS)}, "
+                          f"got {default!r}")
+    nums = {}
+    for key, dflt in (("window_s", 7200.0), ("dedup_s", 60.0)):
+        v = data.get(key, dflt)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+            raise ConfigError(f"{where} {key}: expected seconds >= 0, got {v!r}")
+        nums[key] = float(v)
+    since_boot = data.get("since_boot", True)
+    if not isinstance(since_boot, bool):
+        raise ConfigError(f"{where} since_boot: expected true or false, got {since_boot!r}")
+    remediation = data.get("remediation", "reboot")
+    if not isinstance(remediation, str):
+        raise ConfigError(f"{where} remediation: expected a string, got {remediation!r}")
+    return XidPolicy(name, sets["fatal"], sets["warn"], sets["ignore"], default,
+                     nums["window_s"], nums["dedup_s"], since_boot, remediation)
+
+
+def parse_policies(text: str, origin: str) -> dict[str, XidPolicy]:
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"xid policy {origin}: invalid TOML: {exc}") from None
+    return {name: policy_from_dict(name, data, origin) for name, data in raw.items()}
+
+
+_POLICY_CACHE: dict[str, dict[str, XidPolicy]] = {}
+
+
+def load_policies(path: str = "") -> dict[str, XidPolicy]:
+    if path not in _POLICY_CACHE:
+        if path:
+            try:
+                with open(path) as fh:
+                    text = fh.read()
+            except OSError as exc:
+                raise ConfigError(f"xid policy {path}: {exc.strerror or exc}") from None
+        else:
+            text = resources.files("airlock.profiles").joinpath("xid_policy.toml").read_text()
+        _POLICY_CACHE[path] = parse_policies(text, path or "xid_policy.toml")
+    return _POLICY_CACHE[path]
+
+
+def policy(name: str, path: str = "") -> XidPolicy:
+    policies = load_policies(path)
+    if name not in policies:
+        raise ConfigError(f"xid policy {name!r} not in {path or 'xid_policy.toml'} "
+                          f"(known: {', '.join(sorted(policies))})")
+    return policies[name]
+
+
+# --- the kernel log ----------------------------------------------------------------------------
+_XID = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})"
+                  r"(?:\.\d)?\):\s*(\d+)")
+_ISO = re.compile(r"^(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d)(?:[.,](\d+))?(Z|[+-]\d\d:?\d\d)?")
+_SYSLOG = re.compile(r"^([A-Z][a-z]{2}\s+\d{1,2}\s+\d\d:\d\d:\d\d)\s")
+_MONO = re.compile(r"^\s*(?:<\d+>)?\[\s*(\d+\.\d+)\]")
+
+
+def line_time(line: str, now: float, boot: float) -> float | None:
+    m = _ISO.match(line)
+    if m:
+        stamp = m.group(1).replace(" ", "T")
+        frac = float("0." + m.group(2)) if m.group(2) else 0.0
+        tz = m.group(3) or ""
+        if tz and tz != "Z" and ":" not in tz:
+            tz = tz[:3] + ":" + tz[3:]
+        try:
+            dt = datetime.fromisoformat(stamp + (tz.replace("Z", "+00:00")))
+        except ValueError:
+            return None
+        return dt.timestamp() + frac
+    m = _SYSLOG.match(line)
+    if m:
+        year = time.localtime(now).tm_year
+        try:
+            t = time.mktime(time.strptime(f"{year} {m.group(1)}", "%Y %b %d %H:%M:%S"))
+        except ValueError:
+            return None
+        if t > now + 86400:  # a December line read in January
+            t = time.mktime(time.strptime(f"{year - 1} {m.group(1)}", "%Y %b %d %H:%M:%S"))
+        return t
+    m = _MONO.match(line)
+    if m:
+        return boot + float(m.group(1))
+    return None
+
+
+def parse_kernel_log(text: str, now: float, boot: float,
+                     gpu_by_pci: dict[str, int] | None = None
+                     ) -> tuple[list[XidEvent], int]:
+    """XID events in the log text, and how many XID lines carried no usable date."""
+    gpu_by_pci = gpu_by_pci or {}
+    events, undated = [], 0
+    for line in text.splitlines():
+        m = _XID.search(line)
+        if not m:
+            continue
+        t = line_time(line, now, boot)
+        if t is None:
+            undated += 1
+            continue
+        events.append(XidEvent(xid=int(m.group(2)), time=t,
+                               gpu=gpu_by_pci.get(pci_key(m.group(1)), -1),
+                               source=f"kernel:{pci_key(m.group(1))}"))
+    return events, undated
+
+
+def read_kernel_log(source: str, max_bytes: int, timeout: float) -> str:
+    """The kernel log text; raises OSError with a readable message when it cannot be read."""
+    if source == "dmesg":
+        exe = shutil.which("dmesg") or next(
+            (p for p in ("/usr/bin/dmesg", "/bin/dmesg") if os.access(p, os.X_OK)), None)
+        if exe is None:
+            raise OSError("dmesg not found")
+        try:
+            proc = subprocess.run([exe, "--time-format", "iso", "--nopager"],
+                                  capture_output=True, text=True, timeout=timeout,
+                                  stdin=subprocess.DEVNULL, errors="replace")
+        except subprocess.TimeoutExpired:
+            raise OSError(f"dmesg timed out after {timeout:g}s") from None
+        if proc.returncode != 0:
+            why = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+            raise OSError(f"dmesg: {why}")
+        return proc.stdout
+    with open(source, "rb") as fh:
+        size = fh.seek(0, os.SEEK_END)
+        fh.seek(max(0, size - max_bytes))
+        data = fh.read()
+    if size > max_bytes:
+        data = data.split(b"\n", 1)[-1]  # drop the partial first line
+    return data.decode(errors="replace")
+
+
+# --- the verdict -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class XidGroup:
+    xid: int
+    gpu: str  # "gpu3", or the PCI address when no GPU index is known
+    first: float
+    last: float
+    count: int  # raw reports merged into this group
+    occurrences: int  # distinct occurrences after de-duplication
+
+
+def _gpu_label(e: XidEvent) -> str:
+    if e.gpu >= 0:
+        return f"gpu{e.gpu}"
+    return e.source.split(":", 1)[1] if e.source.startswith("kernel:") else "gpu?"
+
+
+def dedup(events: list[XidEvent], dedup_s: float) -> list[XidGroup]:
+    """Merge repeats of one XID on one GPU: reports within dedup_s of the previous one are the
+    same occurrence (NVML and the kernel log report one event twice; a fault often logs the
+    same XID many times in a burst)."""
+    by_key: dict[tuple[int, str], list[float]] = {}
+    for e in events:
+        by_key.setdefault((e.xid, _gpu_label(e)), []).append(e.time)
+    groups = []
+    for (xid, gpu), times in by_key.items():
+        times.sort()
+        occurrences, last_kept = 0, None
+        for t in times:
+            if last_kept is None or t - last_kept > dedup_s:
+                occurrences += 1
+                last_kept = t
+        groups.append(XidGroup(xid, gpu, times[0], times[-1], len(times), occurrences))
+    groups.sort(key=lambda g: (-g.last, g.xid, g.gpu))
+    return groups
+
+
+def verdict_xid(events: list[XidEvent], pol: XidPolicy, now: float, boot: float,
+                undated: int = 0, source_error: str = "") -> Outcome:
+    since = now - pol.window_s
+    if pol.since_boot:
+        since = max(since, boot)
+    recent = [e for e in events if e.time >= since]
+    groups = dedup(recent, pol.dedup_s)
+    by_action: dict[str, list[XidGroup]] = {"fail": [], "warn": [], "ignore": []}
+    for g in groups:
+        by_action[pol.action(g.xid)].append(g)
+    window = f"{pol.window_s / 3600:g}h"
+    figures: dict[str, Any] = {
+        "policy": pol.name,
+        "window_s": pol.window_s,
+        "events": len(recent),
+        "fatal": [f"{g.xid}@{g.gpu}" for g in by_action["fail"]],
+        "warn": [f"{g.xid}@{g.gpu}" for g in by_action["warn"]],
+        "ignored": [f"{g.xid}@{g.gpu}" for g in by_action["ignore"]],
+    }
+    if undated:
+        figures["undated"] = undated
+    if source_error:
+        figures["kernel_log_error"] = source_error
+
+    def describe(gs: list[XidGroup]) -> str:
+        g = gs[0]
+        more = f" x{g.occurrences}" if g.occurrences > 1 else ""
+        others = f" (+{len(gs) - 1} more)" if len(gs) > 1 else ""
+        return f"xid {g.xid} {g.gpu}{more}{others}"
+
+    if by_action["fail"]:
+        return failed("xid", f"{describe(by_action['fail'])} within {window}", pol.remediation,
+                      **figures)
+    if by_action["warn"]:
+        return warned("xid", f"{describe(by_action['warn'])} within {window}", **figures)
+    if source_error:
+        return warned("xid", f"kernel log unreadable: {source_error}", **figures)
+    ignored = f", {len(by_action['ignore'])} ignored" if by_action["ignore"] else ""
+    return passed("xid", f"no XIDs of concern within {window}{ignored}", **figures)
+
+
+# --- gather ------------------------------------------------------------------------------------
+def check_xid(ctx) -> Outcome:
+    from airlock.nodestate import boot_time
+
+    section: XidSection = ctx.cfg.xid
+    events: list[XidEvent] = []
+    gpu_by_pci: dict[str, int] = {}
+    pname = "default"
+    try:
+        snap = ctx.snapshot
+        for g in snap.gpus:
+            events.extend(g.xids)
+            if g.pci_bus_id:
+                gpu_by_pci[pci_key(g.pci_bus_id)] = g.index
+        pname = ctx.profile.get("xid_policy", "default")
+    except NvmlError:
+        pass  # NVML is down (its own check says so); the kernel log still tells what happened
+    pol = policy(pname, section.policy_file)
+    now, boot = time.time(), boot_time()
+    undated, error = 0, ""
+    if section.kernel_log:
+        try:
+            text = read_kernel_log(section.kernel_log, section.kernel_log_max_bytes,
+                                   section.dmesg_timeout)
+            found, undated = parse_kernel_log(text, now, boot, gpu_by_pci)
+            events.extend(found)
+        except OSError as exc:
+            error = str(exc) if not getattr(exc, "strerror", None) else \
+                f"{section.kernel_log}: {exc.strerror}"
+    return verdict_xid(events, pol, now, boot, undated, error)
