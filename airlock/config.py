@@ -84,19 +84,45 @@ class CheckDefaults:
 
 @dataclass
 class BurninSection:
-    dtypes: list[str] = field(default_factory=lambda: ["fp32"])
-    duration: float = 20.0  # seconds of GEMM per dtype on GPU; CPU runs a fixed small amount
-    size: int = 0  # matrix edge; 0 = chosen by device
-    cpu_size: int = 256
-    cpu_iterations: int = 20
-    timeout: float = 600.0
+    """[burnin]: verified GEMMs on every local device at once (see airlock/checks/burnin.py)."""
+
+    dtypes: list[str] = field(default_factory=lambda: ["bf16", "fp16", "tf32", "fp32"])
+    duration: float = 60.0  # GPU: seconds of GEMMs per dtype at level standard
+    deep_duration: float = 300.0  # GPU: the same at level deep
+    size: int = 0  # GPU matrix edge; 0 = 8192
+    cpu_devices: int = 2  # no GPU: this many "virtual devices" (threads) share the CPU
+    cpu_size: int = 128  # no GPU: a fixed small amount, so tests and CPU nodes stay quick
+    cpu_iterations: int = 16  # no GPU: GEMMs per dtype per device (doubled at level deep)
+    straggler_fraction: float = 0.85  # a device below this share of the node median fails
+    fleet_fraction: float = 0.85  # ... and below this share of the fleet median for the SKU
+    fleet_min_nodes: int = 3  # other nodes with history needed before the fleet is consulted
+    # CPU "devices" share cores with whatever else runs, so their speed says little about the
+    # node; compare them with the fleet only when asked.
+    fleet_cpu: bool = False
+    timeout: float = 0.0  # whole check, seconds; 0 = derived from the deep duration
+
+    def __post_init__(self) -> None:
+        if self.timeout == 0:
+            # Covers level deep too: the registry has one timeout per check, and a hung device
+            # is caught sooner by the burn-in's own per-device watchdog.
+            self.timeout = len(self.dtypes) * max(self.duration, self.deep_duration) * 1.25 + 300
 
     def validate(self) -> None:
+        if not self.dtypes:
+            raise ValueError("dtypes: must name at least one of fp32, tf32, fp16, bf16")
         for d in self.dtypes:
             _choice(d, ("fp32", "tf32", "fp16", "bf16"), "dtypes")
         _positive(self.timeout, "timeout")
-        if self.size < 0 or self.cpu_size <= 0 or self.cpu_iterations <= 0:
-            raise ValueError("size/cpu_size/cpu_iterations: must be positive")
+        _positive(self.duration, "duration")
+        _positive(self.deep_duration, "deep_duration")
+        if self.size < 0:
+            raise ValueError(f"size: must be >= 0 (0 = chosen by device), got {self.size}")
+        for key in ("cpu_devices", "cpu_size", "cpu_iterations", "fleet_min_nodes"):
+            if getattr(self, key) <= 0:
+                raise ValueError(f"{key}: must be > 0, got {getattr(self, key)}")
+        for key in ("straggler_fraction", "fleet_fraction"):
+            if not 0 <= getattr(self, key) <= 1:
+                raise ValueError(f"{key}: must be between 0 and 1, got {getattr(self, key)}")
 
 
 SECTIONS: dict[str, str] = {
@@ -108,6 +134,7 @@ SECTIONS: dict[str, str] = {
     "system": "airlock.checks.system:SystemSection",
     "xid": "airlock.checks.xid:XidSection",
     "checks": "airlock.config:CheckDefaults",
+    "ondemand": "airlock.ondemand:OndemandSection",
     "burnin": "airlock.config:BurninSection",
     "metrics": "airlock.metrics:MetricsSection",
     "prolog": "airlock.hooks.prolog:PrologSection",

@@ -1,0 +1,438 @@
+"""On-demand group checks: `airlock check --nodes EXPR | --partition P | --feature F`.
+
+How it works, and why:
+* A Slurm maintenance reservation over the targets is both the isolation and the lock. Creating
+  it takes effect at once (no new job lands on a target; running jobs go on, IGNORE_JOBS) and
+  slurmctld refuses a second reservation of the same name, so two on-demand runs can never
+  interleave, whichever host they start from. Its Duration bounds the damage if we die.
+* Targets still running a job are waited for up to --wait-jobs, then dropped from the
+  reservation and reported as skipped (busy); their jobs are never touched.
+* The checks run on the targets through Slurm's own launch path: `srun --reservation` starts one
+  worker per node (`python -m airlock.ondemand node-worker`), in parallel, each running the level
+  locally and printing its run as JSON.
+* Then a multi-node all-reduce across the nodes that passed (torch.distributed: NCCL on GPUs,
+  gloo on CPU; rendezvous on the first target). If it fails or is slow, airlock.culprit splits
+  the group and re-pairs suspects with known-good nodes, so only the bad node(s) are blamed.
+* Failing nodes are drained with `airlock: FAIL <check> <detail>`; the reservation is deleted,
+  which returns the passing nodes to service. Exit 0: all passed; 1: some failed; 3: nothing
+  failed but some nodes were skipped or inconclusive.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import click
+
+from airlock import reasons
+from airlock.culprit import find_culprits
+from airlock.errors import AirlockError, SlurmError
+from airlock.slurm import Node, Slurm, collect
+
+NODE_MARK = "AIRLOCK-NODE "
+GROUP_MARK = "AIRLOCK-GROUP "
+EXIT_PASS, EXIT_FAIL, EXIT_PARTIAL = 0, 1, 3
+
+
+@dataclass
+class OndemandSection:
+    reservation: str = "airlock_ondemand"
+    python: str = ""  # interpreter on the nodes; "" = the one running this command
+    level_timeout: float = 1800.0  # the whole per-node level, seconds
+    group: bool = True  # run the multi-node all-reduce after the local checks
+    group_timeout: float = 300.0  # one group all-reduce, seconds
+    group_busbw_floor_gbps: float = 0.0  # 0 = the profile's group_busbw_floor_gbps, else none
+    group_sizes_mb: list[float] = field(default_factory=lambda: [1.0, 8.0])
+    port_range: list[int] = field(default_factory=lambda: [29500, 29999])
+    max_group_tests: int = 32
+    poll_interval: float = 2.0
+
+    def validate(self) -> None:
+        if self.level_timeout <= 0 or self.group_timeout <= 0:
+            raise ValueError("level_timeout/group_timeout: must be > 0")
+        if len(self.port_range) != 2 or not 1024 <= self.port_range[0] <= self.port_range[1]:
+            raise ValueError("port_range: must be [low, high] with 1024 <= low <= high")
+
+
+class Busy(AirlockError):
+    exit_code = 4
+
+
+@dataclass
+class Target:
+    name: str
+    addr: str
+    status: str = "pending"  # pass | fail | skipped | inconclusive
+    why: str = ""
+    run: dict[str, Any] | None = None
+    failed_check: str = ""
+    detail: str = ""
+    group: str = "n/a"
+    figures: dict[str, Any] = field(default_factory=dict)
+    duration_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"node": self.name, "status": self.status, "why": self.why,
+                "failed_check": self.failed_check or None, "detail": self.detail,
+                "group": self.group, "figures": self.figures, "duration_s": self.duration_s,
+                "checks": (self.run or {}).get("checks", [])}
+
+
+def select_targets(slurm: Slurm, nodes_expr: str | None, partition: str | None,
+                   feature: str | None) -> list[Node]:
+    if nodes_expr:
+        nodes = slurm.nodes(nodes_expr)
+    else:
+        nodes = slurm.nodes_in(partition=partition, feature=feature)
+    if partition and nodes_expr:
+        nodes = [n for n in nodes if partition in n.partitions]
+    if feature and nodes_expr:
+        nodes = [n for n in nodes if feature in n.features]
+    if not nodes:
+        what = nodes_expr or (f"partition {partition}" if partition else f"feature {feature}")
+        raise AirlockError(f"no nodes match {what}")
+    return nodes
+
+
+def unusable(node: Node) -> str:
+    """Why a node cannot be checked now ("" when it can)."""
+    if node.foreign_drain:
+        return f"drained by someone else: {node.reason!r}"
+    parsed = reasons.parse(node.reason)
+    if parsed is not None and parsed.state in ("pending", "checking"):
+        return "registration check in progress"
+    if parsed is not None:
+        return f"already drained by airlock: {node.reason!r} (recovery handles it)"
+    if not node.responding or node.state in ("DOWN", "FUTURE", "UNKNOWN"):
+        return f"not responding ({node.state_text})"
+    return ""
+
+
+class Reservation:
+    def __init__(self, slurm: Slurm, name: str):
+        self.slurm = slurm
+        self.name = name
+        self.active = False
+
+    def create(self, nodes: list[str], minutes: int) -> None:
+        try:
+            self.slurm.scontrol(
+                "create", "reservation", f"ReservationName={self.name}",
+                f"Nodes={collect(nodes)}", "StartTime=now", f"Duration={max(minutes, 1)}",
+                f"Users={getpass.getuser()}", "Flags=MAINT,IGNORE_JOBS")
+        except SlurmError as exc:
+            if "Duplicate reservation name" in str(exc):
+                raise Busy(f"another on-demand check is running (Slurm reservation {self.name} "
+                           "exists); wait for it, or `scontrol delete "
+                           f"ReservationName={self.name}` if it is stale") from None
+            raise
+        self.active = True
+
+    def shrink(self, nodes: list[str]) -> None:
+        if nodes:
+            self.slurm.scontrol("update", f"ReservationName={self.name}",
+                                f"Nodes={collect(nodes)}")
+
+    def delete(self) -> None:
+        if self.active:
+            try:
+                self.slurm.scontrol("delete", f"ReservationName={self.name}")
+            except SlurmError as exc:
+                print(f"airlock: could not delete reservation {self.name}: {exc}",
+                      file=sys.stderr)
+            self.active = False
+
+
+class Launcher:
+    """Runs a worker on a set of nodes with srun inside the reservation."""
+
+    def __init__(self, cfg, slurm: Slurm, reservation: str):
+        self.cfg = cfg
+        self.slurm = slurm
+        self.reservation = reservation
+        self.python = cfg.ondemand.python or sys.executable
+
+    def srun(self, nodes: list[str], worker_args: list[str], timeout: float,
+             name: str) -> tuple[int, str, str]:
+        minutes = int(timeout // 60) + 2
+        argv = [self.slurm.binary("srun"), f"--reservation={self.reservation}",
+                f"--nodelist={collect(nodes)}", f"--nodes={len(nodes)}",
+                "--ntasks-per-node=1", f"--job-name={name}", f"--time={minutes}",
+                "--kill-on-bad-exit=0", "--quiet",
+                self.python, "-m", "airlock.ondemand", *worker_args]
+        env = self.slurm.env()
+        env["AIRLOCK_CONFIG"] = self.cfg.path
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=env, stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+            self._cancel(name)
+            return 124, out, err
+        return proc.returncode, out, err
+
+    def _cancel(self, name: str) -> None:
+        try:
+            self.slurm.run("scancel", [f"--name={name}", f"--reservation={self.reservation}"])
+        except SlurmError:
+            pass
+
+
+def parse_marked(text: str, mark: str) -> list[dict[str, Any]]:
+    out = []
+    for line in text.splitlines():
+        if line.startswith(mark):
+            try:
+                out.append(json.loads(line[len(mark):]))
+            except ValueError:
+                continue
+    return out
+
+
+def group_floor(cfg, profile_floor: float) -> float:
+    return cfg.ondemand.group_busbw_floor_gbps or profile_floor
+
+
+class GroupTester:
+    """One multi-node all-reduce over a list of nodes: True when it passes."""
+
+    def __init__(self, cfg, launcher: Launcher, addrs: dict[str, str], level: str):
+        self.cfg = cfg
+        self.launcher = launcher
+        self.addrs = addrs
+        self.level = level
+        self.runs: list[dict[str, Any]] = []
+        self.count = 0
+
+    def __call__(self, nodes: list[str]) -> bool:
+        self.count += 1
+        low, high = self.cfg.ondemand.port_range
+        port = random.randint(low, high)
+        master = self.addrs[nodes[0]]
+        args = ["group-worker", "--master", master, "--port", str(port),
+                "--nodes", ",".join(nodes), "--level", self.level]
+        rc, out, err = self.launcher.srun(nodes, args, self.cfg.ondemand.group_timeout,
+                                          f"airlock-group-{self.count}")
+        results = parse_marked(out, GROUP_MARK)
+        ok = rc == 0 and len(results) == len(nodes) and all(r["ok"] for r in results)
+        detail = next((r["detail"] for r in results if not r["ok"]), "")
+        if rc == 124:
+            detail = "timeout"
+        elif not ok and not detail:
+            tail = (err or out).strip().splitlines()
+            detail = f"launch failed: {tail[-1][:120] if tail else f'exit {rc}'}"
+        figures = results[0].get("figures", {}) if results else {}
+        self.runs.append({"nodes": nodes, "ok": ok, "detail": detail, "figures": figures})
+        return ok
+
+
+def run_group(cfg, nodes_expr: str | None = None, partition: str | None = None,
+              feature: str | None = None, level: str = "standard", wait_jobs_min: float = 10.0,
+              as_json: bool = False, only: list[str] | None = None,
+              echo=None) -> int:
+    echo = echo or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    slurm = Slurm.from_config(cfg)
+    oc = cfg.ondemand
+    started = time.time()
+    nodes = select_targets(slurm, nodes_expr, partition, feature)
+    targets = {n.name: Target(n.name, n.address or n.hostname or n.name) for n in nodes}
+    for n in nodes:
+        why = unusable(n)
+        if why:
+            targets[n.name].status, targets[n.name].why = "skipped", why
+    usable = [n.name for n in nodes if targets[n.name].status == "pending"]
+    if not usable:
+        return _finish(targets, started, level, as_json)
+    budget_min = int(wait_jobs_min + (oc.level_timeout + 4 * oc.group_timeout) / 60) + 5
+    res = Reservation(slurm, oc.reservation)
+    res.create(usable, budget_min)
+    echo(f"airlock: isolated {collect(usable)} (reservation {oc.reservation})")
+    try:
+        ready = _wait_idle(slurm, usable, wait_jobs_min * 60, oc.poll_interval, echo)
+        for name in usable:
+            if name not in ready:
+                targets[name].status = "skipped"
+                targets[name].why = f"busy: job still running after {wait_jobs_min:g} min"
+        if not ready:
+            return _finish(targets, started, level, as_json)
+        res.shrink(ready)
+        launcher = Launcher(cfg, slurm, oc.reservation)
+        passed = _local_level(cfg, launcher, targets, ready, level, only, echo)
+        if oc.group and len(passed) >= 2 and not only:
+            _group(cfg, launcher, targets, passed, level, echo)
+        _apply(slurm, targets, echo)
+    finally:
+        res.delete()
+    return _finish(targets, started, level, as_json)
+
+
+def _wait_idle(slurm: Slurm, names: list[str], timeout: float, interval: float,
+               echo) -> list[str]:
+    deadline = time.monotonic() + timeout
+    announced = False
+    while True:
+        nodes = slurm.nodes(names)
+        busy = [n.name for n in nodes if n.busy]
+        if not busy or time.monotonic() >= deadline:
+            return [n.name for n in nodes if not n.busy]
+        if not announced:
+            echo(f"airlock: waiting up to {timeout / 60:g} min for jobs on {collect(busy)}")
+            announced = True
+        time.sleep(interval)
+
+
+def _local_level(cfg, launcher: Launcher, targets: dict[str, Target], ready: list[str],
+                 level: str, only: list[str] | None, echo) -> list[str]:
+    echo(f"airlock: running level {level} on {collect(ready)}")
+    args = ["node-worker", "--level", level]
+    for o in only or []:
+        args += ["--only", o]
+    rc, out, err = launcher.srun(ready, args, cfg.ondemand.level_timeout, "airlock-check")
+    runs = {r["node"]: r for r in parse_marked(out, NODE_MARK)}
+    passed = []
+    for name in ready:
+        t = targets[name]
+        run = runs.get(name)
+        if run is None:
+            t.status = "fail"
+            t.failed_check = "ondemand"
+            t.detail = "timeout" if rc == 124 else "no result from node (launch failed)"
+            if rc != 124 and err.strip():
+                t.why = err.strip().splitlines()[-1][:160]
+            continue
+        t.run = run
+        t.duration_s = run.get("duration_s", 0.0)
+        if run["verdict"] == "fail":
+            t.status, t.failed_check, t.detail = "fail", run["failed_check"], run["detail"]
+        else:
+            t.status = "pass"
+            passed.append(name)
+    return passed
+
+
+def _group(cfg, launcher: Launcher, targets: dict[str, Target], passed: list[str], level: str,
+           echo) -> None:
+    tester = GroupTester(cfg, launcher, {n: targets[n].addr for n in passed}, level)
+    echo(f"airlock: group all-reduce over {collect(passed)}")
+    if tester(passed):
+        fig = tester.runs[-1]["figures"]
+        for n in passed:
+            targets[n].group = "pass"
+            targets[n].figures.update({f"group.{k}": v for k, v in fig.items()})
+        return
+    echo(f"airlock: group test failed ({tester.runs[-1]['detail']}); looking for the culprit")
+    first = tester.runs[-1]
+    search = find_culprits(passed, tester, max_tests=cfg.ondemand.max_group_tests)
+    for n in search.good:
+        targets[n].group = "pass"
+    for n in search.bad:
+        t = targets[n]
+        t.group, t.status, t.failed_check = "fail", "fail", "group_allreduce"
+        pair = next((r for r in reversed(tester.runs) if n in r["nodes"] and not r["ok"]), first)
+        t.detail = f"{pair['detail'] or 'failed'} (isolated in {len(tester.runs)} tests)"
+    for n in search.inconclusive:
+        t = targets[n]
+        t.group, t.status = "inconclusive", "inconclusive"
+        t.why = f"group all-reduce failed ({first['detail']}); no known-good node to pair with"
+
+
+def _apply(slurm: Slurm, targets: dict[str, Target], echo) -> None:
+    for t in targets.values():
+        if t.status != "fail":
+            continue
+        try:
+            r = slurm.drain(t.name, reasons.failure(t.failed_check, t.detail))
+            if not r.changed and r.why:
+                t.why = r.why
+        except AirlockError as exc:
+            t.why = f"drain failed: {exc}"
+            echo(f"airlock: {t.name}: {t.why}")
+
+
+def _finish(targets: dict[str, Target], started: float, level: str, as_json: bool) -> int:
+    from airlock.report import table
+
+    rows = list(targets.values())
+    statuses = {t.status for t in rows}
+    code = EXIT_FAIL if "fail" in statuses else (
+        EXIT_PARTIAL if statuses & {"skipped", "inconclusive"} else EXIT_PASS)
+    doc = {"schema": 1, "level": level, "started_at": started, "finished_at": time.time(),
+           "exit_code": code, "nodes": [t.to_dict() for t in rows]}
+    if as_json:
+        print(json.dumps(doc, indent=1, sort_keys=True))
+    else:
+        print(table(("node", "result", "check", "detail", "group", "took"),
+                    [(t.name, t.status.upper(), t.failed_check, t.detail or t.why, t.group,
+                      f"{t.duration_s:.1f}s") for t in rows]))
+        counts = {s: sum(t.status == s for t in rows) for s in sorted(statuses)}
+        print(", ".join(f"{v} {k}" for k, v in counts.items()))
+    return code
+
+
+# --- workers, run on the nodes by srun ------------------------------------------------------
+def node_worker(level: str, only: list[str]) -> int:
+    from airlock import config as config_mod
+    from airlock.results import Store
+    from airlock.runner import run_level, summarize
+
+    cfg = config_mod.load()
+    node = os.environ.get("SLURMD_NODENAME") or os.uname().nodename
+    started = time.time()
+    records, ctx = run_level(cfg, node, level, only=only or None)
+    run = summarize(node, level, "ondemand", records, started, ctx)
+    try:
+        Store(cfg, node).write(run)
+    except OSError as exc:
+        print(f"airlock: {node}: results not saved: {exc}", file=sys.stderr)
+    print(NODE_MARK + json.dumps(run), flush=True)
+    return 0
+
+
+def group_worker(master: str, port: int, nodes: list[str], level: str) -> int:
+    from airlock import config as config_mod
+    from airlock.checks import groupcheck
+
+    cfg = config_mod.load()
+    node = os.environ.get("SLURMD_NODENAME") or os.uname().nodename
+    result = groupcheck.run_member(cfg, node, nodes, master, port, level)
+    print(GROUP_MARK + json.dumps(result), flush=True)
+    return 0
+
+
+@click.group()
+def worker_cli() -> None:
+    """Workers that srun starts on the nodes (not for people)."""
+
+
+@worker_cli.command("node-worker")
+@click.option("--level", default="standard")
+@click.option("--only", multiple=True)
+def _node_worker_cmd(level: str, only: tuple[str, ...]) -> None:
+    sys.exit(node_worker(level, list(only)))
+
+
+@worker_cli.command("group-worker")
+@click.option("--master", required=True)
+@click.option("--port", type=int, required=True)
+@click.option("--nodes", required=True)
+@click.option("--level", default="standard")
+def _group_worker_cmd(master: str, port: int, nodes: str, level: str) -> None:
+    sys.exit(group_worker(master, port, nodes.split(","), level))
+
+
+if __name__ == "__main__":
+    try:
+        worker_cli(prog_name="python -m airlock.ondemand")
+    except AirlockError as exc:
+        print(f"airlock: {exc}", file=sys.stderr)
+        sys.exit(2)

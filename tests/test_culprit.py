@@ -1,0 +1,47 @@
+"""Culprit search: pure logic, checked against every arrangement hypothesis can think of."""
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from airlock.culprit import find_culprits
+
+
+def oracle(bad):
+    return lambda nodes: not (set(nodes) & bad)
+
+
+@settings(max_examples=400)
+@given(st.integers(min_value=2, max_value=24), st.data())
+def test_blames_only_bad_nodes_and_accounts_for_everyone(n, data):
+    nodes = [f"n{i:02d}" for i in range(n)]
+    bad = set(data.draw(st.lists(st.sampled_from(nodes), max_size=n, unique=True)))
+    known = data.draw(st.sampled_from([[], ["ref"]]))
+    s = find_culprits(nodes, oracle(bad), known_good=known, max_tests=1000)
+    assert set(s.bad) <= bad
+    assert set(s.good) - set(known) <= set(nodes) - bad
+    assert sorted(s.bad + [g for g in s.good if g not in known] + s.inconclusive) == sorted(nodes)
+    if known or len(set(nodes) - bad) >= 2:
+        assert s.inconclusive == [] and set(s.bad) == bad
+
+
+def test_one_bad_node_in_four_is_found_alone():
+    s = find_culprits(["a", "b", "c", "d"], oracle({"c"}))
+    assert s.bad == ["c"] and sorted(s.good) == ["a", "b", "d"] and not s.inconclusive
+
+
+def test_two_nodes_without_a_reference_are_inconclusive_not_blamed():
+    s = find_culprits(["a", "b"], oracle({"b"}))
+    assert s.bad == [] and sorted(s.inconclusive) == ["a", "b"]
+    s = find_culprits(["a", "b"], oracle({"b"}), known_good=["z"])
+    assert s.bad == ["b"] and "a" in s.good
+
+
+def test_test_budget_is_respected():
+    calls = []
+
+    def test(nodes):
+        calls.append(nodes)
+        return False
+
+    s = find_culprits([f"n{i}" for i in range(64)], test, known_good=["z"], max_tests=10)
+    assert len(calls) <= 10 and s.inconclusive
