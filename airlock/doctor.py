@@ -1,0 +1,247 @@
+"""`airlock doctor`: check an install on this node, one line per item (OK, WARN or FAIL).
+
+Each item is a small function returning Items; the ones that read Slurm's running config take
+the text of `scontrol show config` so they are pure and tested on real output. Exit status 1
+when any item FAILs, else 0.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from typing import Any
+
+OK, WARN, FAIL = "OK", "WARN", "FAIL"
+HOOKS = (("HealthCheckProgram", "airlock-healthcheck", "airlock.hooks.healthcheck"),
+         ("Prolog", "airlock-prolog", "airlock.hooks.prolog"),
+         ("Epilog", "airlock-epilog", "airlock.hooks.epilog"))
+# Slurm prints this for an unset PrologEpilogTimeout: "wait forever".
+UNLIMITED = {"65534", "UNLIMITED", "(null)", "0"}
+
+
+@dataclass(frozen=True)
+class Item:
+    status: str
+    name: str
+    detail: str
+
+    def line(self) -> str:
+        return f"{self.status:<4}  {self.name}: {self.detail}"
+
+
+def parse_show_config(text: str) -> dict[str, str]:
+    """`scontrol show config` prints "Key                     = value" lines."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip() and " " not in key.strip():
+            out.setdefault(key.strip(), value.strip())
+    return out
+
+
+def _hook_is_airlocks(path: str, entry: str, module: str) -> bool:
+    if os.path.basename(path).startswith(entry):
+        return True
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(65536)
+    except OSError:
+        return False
+    return module.encode() in head or entry.encode() in head
+
+
+def check_hooks(conf: dict[str, str]) -> list[Item]:
+    """slurm.conf carries Airlock's hooks, and each one is an executable file here."""
+    items = []
+    for key, entry, module in HOOKS:
+        value = conf.get(key, "")
+        if value in ("", "(null)"):
+            items.append(Item(FAIL, key, "not set in slurm.conf (see `airlock render "
+                                         "slurm-conf`)"))
+            continue
+        paths = [p for p in value.split(",") if p]
+        ours = [p for p in paths if _hook_is_airlocks(p, entry, module)]
+        if not ours:
+            items.append(Item(FAIL, key, f"{value} is not Airlock's {entry}"))
+            continue
+        path = ours[0]
+        if not os.path.isfile(path):
+            items.append(Item(FAIL, key, f"{path} does not exist on this node"))
+        elif not os.access(path, os.X_OK):
+            items.append(Item(FAIL, key, f"{path} is not executable"))
+        else:
+            items.append(Item(OK, key, path))
+    return items
+
+
+def check_interval(conf: dict[str, str], budget: float) -> list[Item]:
+    raw = conf.get("HealthCheckInterval", "0")
+    try:
+        interval = int(raw.split()[0])
+    except (ValueError, IndexError):
+        return [Item(FAIL, "HealthCheckInterval", f"unreadable value {raw!r}")]
+    state = conf.get("HealthCheckNodeState", "")
+    if interval == 0:
+        item = Item(WARN, "HealthCheckInterval", "0: the quick checks run only at slurmd start")
+    elif interval < 2 * budget:
+        item = Item(WARN, "HealthCheckInterval", f"{interval} s is below twice the hook budget "
+                    f"({budget:g} s): runs may overlap")
+    elif interval > 3600:
+        item = Item(WARN, "HealthCheckInterval", f"{interval} s: a failing GPU may take jobs "
+                    "for over an hour before it is drained")
+    else:
+        item = Item(OK, "HealthCheckInterval", f"{interval} s, node state {state or '?'}")
+    items = [item]
+    timeout = conf.get("PrologEpilogTimeout", "")
+    if timeout.split()[0:1] and timeout.split()[0] not in UNLIMITED:
+        items.append(Item(OK, "PrologEpilogTimeout", f"{timeout.split()[0]} s"))
+    else:
+        items.append(Item(WARN, "PrologEpilogTimeout", "not set: Slurm waits forever for a hung "
+                          "prolog or epilog"))
+    return items
+
+
+def check_config(path: str | None) -> tuple[Any, list[Item]]:
+    from airlock import config as config_mod
+    from airlock.errors import AirlockError
+
+    try:
+        cfg = config_mod.load(path)
+        for name in config_mod.SECTIONS:
+            cfg.section(name)  # every section, even absent ones, must build
+    except AirlockError as exc:
+        return None, [Item(FAIL, "config", str(exc))]
+    return cfg, [Item(OK, "config", f"{cfg.path} valid")]
+
+
+def check_dirs(cfg, node: str) -> list[Item]:
+    from airlock.results import node_dir, shared_node_dir
+
+    items = []
+    state = node_dir(cfg.state_dir, node)
+    try:
+        state.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=state, prefix=".doctor-"):
+            pass
+        items.append(Item(OK, "state_dir", f"{state} writable"))
+    except OSError as exc:
+        items.append(Item(FAIL, "state_dir", f"{state}: {exc.strerror or exc}"))
+    shared = shared_node_dir(cfg.shared_dir, node)
+    if shared is None:
+        items.append(Item(WARN, "shared_dir", "not set: the controller sees only Slurm reasons "
+                          "for nodes other than its own"))
+    else:
+        try:
+            shared.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=shared, prefix=".doctor-"):
+                pass
+            items.append(Item(OK, "shared_dir", f"{shared} writable"))
+        except OSError as exc:
+            items.append(Item(WARN, "shared_dir", f"{shared}: {exc.strerror or exc}"))
+    return items
+
+
+def check_nvml(cfg, node: str) -> list[Item]:
+    from airlock import nvml
+    from airlock.errors import AirlockError
+
+    if cfg.nvml.simulate:
+        try:
+            snap = nvml.gather(nvml.SimulatedBackend(cfg.nvml.simulate, node), cfg.nvml.timeout)
+        except AirlockError as exc:
+            return [Item(FAIL, "NVML", f"simulation configured but unusable: {exc}")]
+        return [Item(OK, "NVML", f"simulated from {cfg.nvml.simulate}: {snap.count} GPUs")]
+    if not nvml.real_nvml_available():
+        return [Item(FAIL, "NVML", "no NVML (driver or nvidia-ml-py missing) and no [nvml] "
+                                   "simulate configured")]
+    try:
+        snap = nvml.gather(nvml.PynvmlBackend(), cfg.nvml.timeout)
+    except AirlockError as exc:
+        return [Item(FAIL, "NVML", str(exc))]
+    return [Item(OK, "NVML", f"driver {snap.driver_version}, {snap.count} GPUs "
+                             f"({', '.join(snap.models) or 'none'})")]
+
+
+TORCH_PROBE = ("import torch; c = torch.cuda.is_available(); "
+               "print(torch.__version__, c, torch.cuda.device_count() if c else 0)")
+
+
+def check_torch(python: str = sys.executable, timeout: float = 120) -> list[Item]:
+    """In a child process: importing torch takes seconds and CUDA init can hang."""
+    try:
+        out = subprocess.run([python, "-c", TORCH_PROBE], capture_output=True, text=True,
+                             timeout=timeout, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return [Item(FAIL, "torch", f"import torch / CUDA init hung for {timeout:g} s")]
+    if out.returncode != 0:
+        last = (out.stderr.strip().splitlines() or ["?"])[-1]
+        if "No module named 'torch'" in last:
+            return [Item(WARN, "torch", "not installed: the deep level (burn-in, all-reduce) "
+                                        "cannot run; pip install 'slurm-airlock[deep]'")]
+        return [Item(FAIL, "torch", f"import failed: {last[:120]}")]
+    version, cuda, count = (out.stdout.split() + ["", "", ""])[:3]
+    if cuda != "True":
+        return [Item(WARN, "torch", f"{version} without CUDA: the deep level runs on CPU only")]
+    return [Item(OK, "torch", f"{version}, CUDA with {count} devices")]
+
+
+def run(config_path: str | None, node: str, torch_check: bool = True) -> list[Item]:
+    from airlock.errors import AirlockError
+    from airlock.slurm import Slurm
+
+    cfg, items = check_config(config_path)
+    slurm = Slurm.from_config(cfg) if cfg is not None else Slurm()
+    if cfg is not None:
+        items += check_dirs(cfg, node)
+    try:
+        pong = slurm.scontrol("ping", timeout=10).strip().splitlines()
+        line = next((p for p in pong if "UP" in p), "")
+        items.append(Item(OK if line else FAIL, "scontrol ping",
+                          line.strip() or " / ".join(pong) or "no answer"))
+        conf = parse_show_config(slurm.scontrol("show", "config"))
+    except AirlockError as exc:
+        items.append(Item(FAIL, "scontrol ping", str(exc)))
+        conf = None
+    if conf is not None:
+        items += check_hooks(conf)
+        budget = cfg.healthcheck.budget if cfg is not None else 30.0
+        items += check_interval(conf, budget)
+    if cfg is not None:
+        items += check_nvml(cfg, node)
+    if torch_check:
+        items += check_torch()
+    return items
+
+
+def __getattr__(name: str):
+    if name == "doctor_cmd":
+        cmd = _build_command()
+        globals()["doctor_cmd"] = cmd
+        return cmd
+    raise AttributeError(name)
+
+
+def _build_command():
+    import click
+
+    @click.command("doctor")
+    @click.option("--node", default=None, help="Node name (default: this host).")
+    @click.option("--no-torch", is_flag=True, help="Skip the torch/CUDA probe (it takes seconds).")
+    @click.pass_context
+    def doctor_cmd(ctx: click.Context, node: str | None, no_torch: bool) -> None:
+        """Check this node's Airlock install: config, Slurm, hooks, NVML, torch."""
+        from airlock.cli import local_node_name
+
+        path = (ctx.find_root().obj or {}).get("config_path")
+        items = run(path, node or local_node_name(), torch_check=not no_torch)
+        for item in items:
+            click.echo(item.line())
+        fails = sum(i.status == FAIL for i in items)
+        warns = sum(i.status == WARN for i in items)
+        click.echo(f"{len(items)} items: {fails} failed, {warns} warnings")
+        sys.exit(1 if fails else 0)
+
+    return doctor_cmd

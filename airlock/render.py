@@ -1,0 +1,153 @@
+"""`airlock render`: install files from the templates in airlock.templates (jinja2).
+
+  airlock render slurm-conf   the slurm.conf fragment (HealthCheckProgram, Prolog, Epilog, ...)
+  airlock render systemd      the recovery service's systemd unit
+  airlock render config       an example airlock.toml with every key and its default
+
+slurm.conf.d/airlock.conf in the repository is `airlock render slurm-conf` with the defaults
+below; a test fails when the two drift apart.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from importlib import resources
+from typing import Any
+
+from airlock.config import DEFAULT_PATH
+from airlock.errors import AirlockError
+
+DEFAULT_BIN_DIR = "/usr/local/bin"
+SLURM_DEFAULTS: dict[str, Any] = {
+    "bin_dir": DEFAULT_BIN_DIR,
+    "interval": 300,
+    "node_state": "ANY",
+    "prolog_epilog_timeout": 60,
+    "reboot_program": "",
+    "config": DEFAULT_PATH,
+}
+NODE_STATES = ("ANY", "ALLOC", "MIXED", "IDLE", "CYCLE", "START_ONLY")
+
+
+def template_text(name: str) -> str:
+    try:
+        return resources.files("airlock.templates").joinpath(name).read_text()
+    except FileNotFoundError:
+        raise AirlockError(f"template {name} is not installed with airlock") from None
+
+
+def render_template(name: str, **values: Any) -> str:
+    import jinja2
+
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
+                             autoescape=False)
+    try:
+        return env.from_string(template_text(name)).render(**values)
+    except jinja2.UndefinedError as exc:
+        raise AirlockError(f"template {name}: {exc}") from None
+
+
+def slurm_conf(bin_dir: str = DEFAULT_BIN_DIR, interval: int = 300, node_state: str = "ANY",
+               prolog_epilog_timeout: int = 60, reboot_program: str = "",
+               config: str = DEFAULT_PATH, healthcheck_program: str = "", prolog: str = "",
+               epilog: str = "") -> str:
+    """The fragment; hooks default to the entry points airlock-healthcheck/-prolog/-epilog."""
+    if node_state.upper() not in NODE_STATES:
+        raise AirlockError(f"node state {node_state!r}: must be one of {', '.join(NODE_STATES)}")
+    if interval < 0:
+        raise AirlockError(f"interval {interval}: must be >= 0 (0 disables the periodic run)")
+    if prolog_epilog_timeout <= 0:
+        raise AirlockError("prolog-epilog-timeout: must be > 0 (Slurm waits forever otherwise)")
+    paths = {
+        "healthcheck_program": healthcheck_program or os.path.join(bin_dir, "airlock-healthcheck"),
+        "prolog": prolog or os.path.join(bin_dir, "airlock-prolog"),
+        "epilog": epilog or os.path.join(bin_dir, "airlock-epilog"),
+    }
+    for key, path in [*paths.items(), ("reboot_program", reboot_program), ("config", config)]:
+        if path and (not os.path.isabs(path) or any(c.isspace() for c in path)):
+            raise AirlockError(f"{key} {path!r}: must be an absolute path without spaces")
+    return render_template("slurm-airlock.conf.j2", interval=interval,
+                           node_state=node_state.upper(),
+                           prolog_epilog_timeout=prolog_epilog_timeout,
+                           reboot_program=reboot_program, config=config, **paths)
+
+
+def systemd_unit(airlock_bin: str = "", config: str = DEFAULT_PATH, **extra: Any) -> str:
+    airlock_bin = airlock_bin or shutil.which("airlock") or os.path.join(DEFAULT_BIN_DIR,
+                                                                         "airlock")
+    return render_template("airlock-recover.service.j2", airlock_bin=airlock_bin, config=config,
+                           **extra)
+
+
+def example_config() -> str:
+    return template_text("airlock.example.toml")
+
+
+def _write(text: str, output: str | None) -> None:
+    if not output or output == "-":
+        sys.stdout.write(text)
+        return
+    from pathlib import Path
+
+    from airlock.results import atomic_write_text
+
+    try:
+        atomic_write_text(Path(output), text)
+    except OSError as exc:
+        raise AirlockError(f"cannot write {output}: {exc.strerror or exc}") from None
+
+
+def __getattr__(name: str):
+    if name == "render_cmd":
+        cmd = _build_command()
+        globals()["render_cmd"] = cmd
+        return cmd
+    raise AttributeError(name)
+
+
+def _build_command():
+    import click
+
+    output = click.option("-o", "--output", default=None,
+                          help="Write to this file (atomically) instead of stdout.")
+
+    @click.group("render")
+    def render_cmd() -> None:
+        """Render install files: slurm.conf fragment, systemd unit, example config."""
+
+    @render_cmd.command("slurm-conf")
+    @click.option("--bin-dir", default=DEFAULT_BIN_DIR, show_default=True,
+                  help="Where the airlock-healthcheck/-prolog/-epilog entry points are.")
+    @click.option("--healthcheck-program", default="", help="Override the HealthCheckProgram.")
+    @click.option("--prolog", default="", help="Override the Prolog path.")
+    @click.option("--epilog", default="", help="Override the Epilog path.")
+    @click.option("--interval", type=int, default=300, show_default=True,
+                  help="HealthCheckInterval in seconds (0 = only at slurmd start).")
+    @click.option("--node-state", default="ANY", show_default=True,
+                  help=f"HealthCheckNodeState ({', '.join(NODE_STATES)}).")
+    @click.option("--prolog-epilog-timeout", type=int, default=60, show_default=True)
+    @click.option("--reboot-program", default="", help="RebootProgram (default: a comment).")
+    @click.option("--airlock-config", "config", default=DEFAULT_PATH, show_default=True,
+                  help="The config path the hooks read.")
+    @output
+    def slurm_conf_cmd(output, **values) -> None:
+        """The slurm.conf fragment for this install's paths."""
+        _write(slurm_conf(**values), output)
+
+    @render_cmd.command("systemd")
+    @click.option("--airlock-bin", default="", help="The airlock executable (default: found).")
+    @click.option("--airlock-config", "config", default=DEFAULT_PATH, show_default=True)
+    @output
+    def systemd_cmd(output, airlock_bin, config) -> None:
+        """The airlock-recover.service unit for the controller."""
+        _write(systemd_unit(airlock_bin, config), output)
+
+    @render_cmd.command("config")
+    @output
+    def config_cmd(output) -> None:
+        """An example airlock.toml with every key, its default and what it does."""
+        _write(example_config(), output)
+
+    return render_cmd

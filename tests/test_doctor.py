@@ -1,0 +1,156 @@
+"""`airlock doctor` against a real cluster whose slurm.conf Includes the fragment `airlock render
+slurm-conf` produced (so this also proves Slurm accepts the rendered fragment), then broken item
+by item."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+from conftest import _require_slurm
+
+from airlock import doctor, render
+from airlock.devcluster import DevCluster
+
+HOOK_KEYS = ("HealthCheckProgram", "HealthCheckInterval", "HealthCheckNodeState", "Prolog",
+             "Epilog", "PrologEpilogTimeout")
+
+
+class IncludedCluster(DevCluster):
+    """The dev cluster, with its hook lines replaced by an Include of the rendered fragment."""
+
+    def slurm_conf(self) -> str:
+        lines = [ln for ln in super().slurm_conf().splitlines()
+                 if ln.split("=", 1)[0] not in HOOK_KEYS]
+        bin_dir = self.root / "bin"
+        fragment = render.slurm_conf(healthcheck_program=f"{bin_dir}/healthcheck",
+                                     prolog=f"{bin_dir}/prolog", epilog=f"{bin_dir}/epilog",
+                                     interval=300, prolog_epilog_timeout=30)
+        (self.root / "airlock-slurm.conf").write_text(fragment)
+        lines.insert(1, f"Include {self.root}/airlock-slurm.conf")
+        return "\n".join(lines) + "\n"
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    _require_slurm()
+    root = tempfile.mkdtemp(prefix="alc-", dir="/tmp")
+    c = IncludedCluster(root, nodes=["node1"], airlock={"registration": {"level": "quick"}})
+    try:
+        c.start(wait=True)
+        yield c
+    finally:
+        c.stop()
+        left = c.leftovers()
+        if not left:
+            shutil.rmtree(root, ignore_errors=True)
+        assert not left, f"processes left running after stop: {left}"
+
+
+def _doctor(c: DevCluster, *args: str, config: Path | None = None) -> tuple[int, dict[str, str]]:
+    env = c.env()
+    if config is not None:
+        env["AIRLOCK_CONFIG"] = str(config)
+    out = subprocess.run([sys.executable, "-m", "airlock.cli", "doctor", "--node", "node1",
+                          "--no-torch", *args], env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert "Traceback" not in out.stderr, out.stderr
+    lines = {}
+    for line in out.stdout.splitlines()[:-1]:
+        status, rest = line.split(None, 1)
+        name, _, detail = rest.partition(": ")
+        lines[name] = f"{status} {detail}"
+    return out.returncode, lines
+
+
+@pytest.mark.cluster
+def test_doctor_passes_on_a_good_install(cluster):
+    conf = doctor.parse_show_config(cluster.slurm.scontrol("show", "config"))
+    assert conf["HealthCheckProgram"] == f"{cluster.root}/bin/healthcheck"
+    assert conf["Prolog"] == f"{cluster.root}/bin/prolog"
+    rc, lines = _doctor(cluster)
+    assert rc == 0, lines
+    for item in ("config", "state_dir", "shared_dir", "scontrol ping", "HealthCheckProgram",
+                 "Prolog", "Epilog", "HealthCheckInterval", "PrologEpilogTimeout", "NVML"):
+        assert lines[item].startswith("OK "), (item, lines[item])
+    assert lines["HealthCheckInterval"] == "OK 300 s, node state ANY"
+    assert lines["NVML"].endswith(": 8 GPUs")
+
+
+@pytest.mark.cluster
+def test_doctor_names_each_broken_item(cluster, tmp_path):
+    epilog = cluster.root / "bin" / "epilog"
+    bad = tmp_path / "airlock.toml"
+    bad.write_text(cluster.airlock_conf.read_text().replace(
+        str(cluster.sim_file), str(tmp_path / "missing.json")))
+    epilog.chmod(0o644)
+    try:
+        rc, lines = _doctor(cluster, config=bad)
+    finally:
+        epilog.chmod(0o755)
+    assert rc == 1
+    assert lines["Epilog"] == f"FAIL {epilog} is not executable"
+    assert lines["NVML"].startswith("FAIL simulation configured but unusable")
+    assert "missing.json" in lines["NVML"]
+    assert lines["Prolog"].startswith("OK ") and lines["scontrol ping"].startswith("OK ")
+
+    broken = tmp_path / "broken.toml"
+    broken.write_text(cluster.airlock_conf.read_text() + "\n[prolog]\nbugdet = 3\n")
+    rc, lines = _doctor(cluster, config=broken)
+    assert rc == 1
+    assert lines["config"].startswith("FAIL ") and "unknown key 'bugdet'" in lines["config"]
+    # Without a config the Slurm items are still checked (SLURM_CONF from the environment).
+    assert lines["scontrol ping"].startswith("OK ")
+    assert lines["HealthCheckProgram"].startswith("OK ")
+
+
+@pytest.mark.cluster
+def test_doctor_finds_missing_slurm_lines_in_real_config(cluster):
+    text = cluster.slurm.scontrol("show", "config")
+    stripped = "\n".join(ln for ln in text.splitlines()
+                         if not ln.startswith(("Prolog ", "HealthCheckProgram")))
+    conf = doctor.parse_show_config(stripped)
+    items = {i.name: i for i in doctor.check_hooks(conf)}
+    assert items["Prolog"].status == "FAIL" and "not set" in items["Prolog"].detail
+    assert items["HealthCheckProgram"].status == "FAIL"
+    assert items["Epilog"].status == "OK"
+
+
+def test_doctor_unreachable_slurm_is_one_line(tmp_path):
+    conf = tmp_path / "airlock.toml"
+    conf.write_text(f'state_dir = "{tmp_path}/s"\nlog_dir = "{tmp_path}/l"\n'
+                    f'[slurm]\nconf = "{tmp_path}/no-slurm.conf"\ntimeout = 5\n')
+    env = {**os.environ, "AIRLOCK_CONFIG": str(conf)}
+    out = subprocess.run([sys.executable, "-m", "airlock.cli", "doctor", "--node", "n1",
+                          "--no-torch"], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1
+    assert "Traceback" not in out.stderr
+    ping = [ln for ln in out.stdout.splitlines() if "scontrol ping:" in ln]
+    assert len(ping) == 1 and ping[0].startswith("FAIL")
+    assert "NVML:" in out.stdout  # the items after Slurm are still checked
+
+
+def test_interval_and_timeout_items():
+    items = doctor.check_interval({"HealthCheckInterval": "0"}, 30)
+    assert items[0].status == "WARN" and "only at slurmd start" in items[0].detail
+    assert items[1].status == "WARN"  # PrologEpilogTimeout unset
+    assert doctor.check_interval({"HealthCheckInterval": "40 sec"}, 30)[0].status == "WARN"
+    assert doctor.check_interval({"HealthCheckInterval": "7200"}, 30)[0].status == "WARN"
+    ok = doctor.check_interval({"HealthCheckInterval": "300", "HealthCheckNodeState": "ANY",
+                                "PrologEpilogTimeout": "60"}, 30)
+    assert [i.status for i in ok] == ["OK", "OK"]
+    assert doctor.check_interval({"HealthCheckInterval": "x"}, 30)[0].status == "FAIL"
+    unlimited = doctor.check_interval({"HealthCheckInterval": "300",
+                                       "PrologEpilogTimeout": "65534"}, 30)
+    assert unlimited[1].status == "WARN"
+
+
+def test_torch_probe_reports_cpu_only_torch():
+    (item,) = doctor.check_torch()
+    # This machine has a CPU build of torch: the deep level works, on CPU only.
+    assert item.status == "WARN" and "without CUDA" in item.detail, item
