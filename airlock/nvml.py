@@ -3,7 +3,10 @@
 Real nodes use pynvml (the nvidia-ml-py package). Tests and demos point [nvml] simulate at a JSON
 file `{"nodes": {"<node>": {"gpus": [ {...}, ... ], "faults": {...}}}}`; every test node shares one
 host, so the simulation is keyed by node name. Without NVML and without a simulation the node has
-zero GPUs (a profile that expects GPUs then fails it with a clear reason).
+zero GPUs (a profile that expects GPUs then fails it with a clear reason). A simulated fault is
+one field changed from healthy_gpu_dict(): "ecc_volatile_uncorrected_dram": 2, "remap_pending":
+true, "lost": true, an "nvlink_active" entry false, "xids": [{"xid": 79}], ...; a node's
+"nvml_hang_s" makes its gather hang that long.
 
 A hung driver call must not hang the hook: gather() runs under a watchdog thread and raises
 NvmlTimeout, which the `nvml` check reports as its own failure ("nvml timeout"). The stuck thread
@@ -115,6 +118,29 @@ def gpu_from_dict(data: dict[str, Any], index: int) -> Gpu:
         return Gpu(**values)
     except TypeError as exc:
         raise NvmlError(f"simulation: GPU {index}: {exc}") from None
+
+
+def healthy_gpu_dict(index: int, model: str = "NVIDIA H100 80GB HBM3", memory_mib: int = 81559,
+                     nvlinks: int = 18, pcie_gen: int = 5, pcie_width: int = 16,
+                     driver: str = "550.90.07") -> dict[str, Any]:
+    """One healthy GPU in the simulation file's format, with every field the quick checks read
+    set to a plausible value (a fault is this dict with one field changed)."""
+    return {
+        "index": index,
+        "name": model,
+        "uuid": f"GPU-{index:08x}-sim0-0000-0000-000000000000",
+        "pci_bus_id": f"00000000:{0x18 + index * 0x10:02X}:00.0",
+        "memory_total_mib": memory_mib,
+        "driver_version": driver,
+        "nvlink_active": [True] * nvlinks,
+        "pcie_gen": pcie_gen,
+        "pcie_gen_max": pcie_gen,
+        "pcie_width": pcie_width,
+        "pcie_width_max": pcie_width,
+        "throttle_reasons": ["gpu_idle"],
+        "temperature_c": 34,
+        "persistence_mode": True,
+    }
 
 
 def read_simulation(path: str, node: str) -> dict[str, Any]:
