@@ -1,0 +1,299 @@
+"""The recovery state machine and its safety rails, pure: no Slurm, no clock, no database.
+
+One failed node is one *case*. A poll turns each node's Slurm record into an Obs; `plan` moves
+the node's case one step and may *want* an action; `decide` runs every node through `plan`,
+trips the circuit breaker, and lets the rails pick which wanted actions start now. The service
+persists what `decide` returns and carries out the starts.
+
+    detected --reboot--> reboot_requested --new boot--> rebooted --pass--> healthy --window--> done
+        ^                                                   | fail              | fail again
+        +------------------ escalate (next rung) <----------+-------------------+
+    detected --replace--> replace_requested --new boot--> replaced --pass--> healthy
+    no rung left, a refusal, or a timeout waiting for a replacement: manual (stays drained)
+    a human resumes the node or sets a foreign drain: released (hands off)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+
+from airlock import reasons
+
+DETECTED = "detected"
+REBOOT_REQUESTED = "reboot_requested"
+REBOOTED = "rebooted"
+REPLACE_REQUESTED = "replace_requested"
+REPLACED = "replaced"
+HEALTHY = "healthy"
+MANUAL = "manual"
+DONE = "done"
+RELEASED = "released"
+
+REQUESTED = {"reboot": REBOOT_REQUESTED, "replace": REPLACE_REQUESTED}
+AWAITING_BOOT = (REBOOT_REQUESTED, REPLACE_REQUESTED)
+AWAITING_VERDICT = (REBOOTED, REPLACED)
+IN_FLIGHT = AWAITING_BOOT + AWAITING_VERDICT  # counted by max_in_flight
+CLOSED = (DONE, RELEASED)
+REBOOT_FLAGS = frozenset({"REBOOT", "REBOOT_REQUESTED", "REBOOT_ISSUED"})
+
+
+@dataclass(frozen=True)
+class Obs:
+    """What one poll says about one node (from airlock.slurm.Node)."""
+
+    name: str
+    reason: str = ""
+    drained: bool = False
+    busy: bool = False
+    boot_time: str = ""
+    flags: frozenset[str] = frozenset()
+    state: str = ""
+
+    @classmethod
+    def from_node(cls, node) -> Obs:
+        return cls(node.name, node.reason, node.drained, node.busy, node.boot_time, node.flags,
+                   node.state)
+
+    @property
+    def parsed(self) -> reasons.Reason | None:
+        return reasons.parse(self.reason)
+
+    @property
+    def failing(self) -> bool:
+        r = self.parsed
+        return self.drained and r is not None and r.is_failure
+
+    @property
+    def free(self) -> bool:
+        """No reason and no drain: the node is in service."""
+        return not self.drained and not self.reason
+
+
+@dataclass(frozen=True)
+class Case:
+    node: str
+    state: str
+    failure_class: str
+    ladder: tuple[str, ...]
+    step: int  # index into ladder of the next (or current) action
+    check: str
+    detail: str
+    opened: float
+    since: float  # when the current state was entered
+    boot_before: str = ""  # the node's boot time when the current action was requested
+    action: str = ""  # the action of the current rung, once requested
+    action_id: int = 0  # the store's id of that action
+    note: str = ""  # why the case is where it is (for people)
+
+    def to(self, state: str, now: float, **changes) -> Case:
+        return replace(self, state=state, since=now, **changes)
+
+    @property
+    def next_action(self) -> str | None:
+        return self.ladder[self.step] if self.step < len(self.ladder) else None
+
+
+@dataclass
+class Step:
+    case: Case | None
+    events: list[tuple[str, str]] = field(default_factory=list)
+    want: str | None = None
+    new: bool = False  # a new failure was detected (counts towards the breaker)
+
+
+def open_case(obs: Obs, now: float, policy) -> Case:
+    r = obs.parsed
+    cls = policy.classify(r.subject, r.detail)
+    return Case(obs.name, DETECTED, cls.name, cls.ladder, 0, r.subject, r.detail, now, now)
+
+
+def _escalate(case: Case, now: float, why: str) -> Step:
+    nxt = replace(case, step=case.step + 1)
+    if nxt.next_action is None:
+        return Step(nxt.to(MANUAL, now, note=f"{why}; no automatic action left"),
+                    [("manual", f"{why}; ladder {list(case.ladder)} exhausted, left drained")])
+    return Step(nxt.to(DETECTED, now, note=why), [("escalate", f"{why}; next: {nxt.next_action}")])
+
+
+def plan(case: Case | None, obs: Obs | None, now: float, policy, limits,
+         owns_reason: Callable[[str], bool] = lambda _r: False) -> Step:
+    """Move one node's case one step. `limits` is the [recovery] section (timeouts, windows)."""
+    if case is None or case.state in CLOSED:
+        if obs is not None and obs.failing:
+            new = open_case(obs, now, policy)
+            return Step(new, [("detected", f"{new.check} {new.detail} (class {new.failure_class},"
+                                           f" ladder {list(new.ladder)})")], new=True)
+        return Step(case)
+    if obs is None:  # not in Slurm's list (a replacement may re-appear under the same name)
+        return Step(case)
+    ours = obs.parsed is not None or owns_reason(obs.reason)
+    if case.state not in AWAITING_BOOT and obs.drained and obs.reason and not ours:
+        return Step(case.to(RELEASED, now, note="foreign drain"),
+                    [("released", f"foreign reason {obs.reason!r}: hands off")])
+    st = case.state
+
+    if st == DETECTED:
+        if obs.free:
+            return Step(case.to(RELEASED, now, note="resumed by someone else"),
+                        [("released", "node back in service without Airlock: hands off")])
+        if not obs.failing and (obs.parsed is None or obs.parsed.state != "recover"):
+            return Step(case)  # a check is running on it: wait for the verdict
+        action = case.next_action
+        if action is None:
+            return Step(case.to(MANUAL, now, note=f"class {case.failure_class} has no action"),
+                        [("manual", f"class {case.failure_class}: no automatic action, "
+                                    "left drained for a person")])
+        if obs.busy or not obs.drained:
+            return Step(case)  # never act on a node running jobs: wait until drained and idle
+        if case.step == 0 and now - case.opened < limits.detect_grace:
+            return Step(case)
+        return Step(case, want=action)
+
+    if st in AWAITING_BOOT:
+        if obs.boot_time and obs.boot_time != case.boot_before:
+            nxt = REBOOTED if st == REBOOT_REQUESTED else REPLACED
+            return Step(case.to(nxt, now), [("booted", f"new boot {obs.boot_time} after "
+                                                        f"{case.action}")])
+        if obs.free and not (obs.flags & REBOOT_FLAGS) and case.action == "reboot":
+            return Step(case.to(RELEASED, now, note="resumed by someone else"),
+                        [("released", "resumed before the reboot happened: hands off")])
+        limit = limits.reboot_timeout if st == REBOOT_REQUESTED else limits.replace_timeout
+        if now - case.since > limit:
+            if st == REBOOT_REQUESTED:
+                return _escalate(case, now, f"no new boot {limit:g}s after the reboot request")
+            return Step(case.to(MANUAL, now, note="replacement never registered"),
+                        [("manual", f"no new instance {limit:g}s after the replace request")])
+        return Step(case)
+
+    if st in AWAITING_VERDICT:
+        if obs.failing:
+            return _escalate(case, now, f"failed again after {case.action}: "
+                                        f"{obs.parsed.subject} {obs.parsed.detail}".strip())
+        if obs.free:
+            return Step(case.to(HEALTHY, now, note=f"passed after {case.action}"),
+                        [("healthy", f"passed the registration checks after {case.action}")])
+        if now - case.since > limits.verdict_timeout:
+            return _escalate(case, now, f"no verdict {limits.verdict_timeout:g}s after the boot")
+        return Step(case)
+
+    if st == HEALTHY:
+        if obs.failing:
+            return _escalate(case, now, f"failed again within the window: "
+                                        f"{obs.parsed.subject} {obs.parsed.detail}".strip())
+        if now - case.since > limits.refail_window:
+            return Step(case.to(DONE, now), [("done", "stayed healthy through the window")])
+        return Step(case)
+
+    if st == MANUAL:
+        if obs.free:
+            return Step(case.to(RELEASED, now, note="resumed by a person"),
+                        [("released", "a person returned the node to service")])
+        return Step(case)
+    return Step(case)
+
+
+# --- safety rails ----------------------------------------------------------------------------
+@dataclass
+class Ledger:
+    """What the rails need to know about the past (rebuilt from the store each poll)."""
+
+    action_times: list[float] = field(default_factory=list)  # starts within the rate window
+    last_action: dict[str, float] = field(default_factory=dict)  # per node
+    detections: list[tuple[str, str, float]] = field(default_factory=list)  # node, check, time
+    breaker_open: bool = False
+    breaker_why: str = ""
+
+
+def rate_used(times: Iterable[float], now: float, window: float) -> int:
+    return sum(1 for t in times if now - t < window)
+
+
+def breaker_trip(detections: list[tuple[str, str, float]], fleet: int, now: float,
+                 limits) -> str | None:
+    """Why the breaker must open, or None: too many nodes failing within the window."""
+    recent = [(n, c) for n, c, t in detections if now - t < limits.breaker_window]
+    nodes = {n for n, _ in recent}
+    need = max(limits.breaker_min_nodes, math.ceil(limits.breaker_share * max(fleet, 1)))
+    if len(nodes) >= need:
+        return (f"{len(nodes)} of {fleet} nodes failed within {limits.breaker_window:g}s "
+                f"(limit {need})")
+    by_check: dict[str, set[str]] = {}
+    for n, c in recent:
+        by_check.setdefault(c, set()).add(n)
+    for check, members in sorted(by_check.items()):
+        if len(members) >= limits.breaker_same_check:
+            return f"{len(members)} nodes failed {check} within {limits.breaker_window:g}s"
+    return None
+
+
+def blocked(node: str, cases: dict[str, Case], ledger: Ledger, now: float, limits) -> str | None:
+    """Why an action on node may not start now, or None."""
+    if ledger.breaker_open:
+        return f"circuit breaker open ({ledger.breaker_why}); reset with --reset-breaker"
+    used = rate_used(ledger.action_times, now, limits.rate_window)
+    if used >= limits.max_actions_per_hour:
+        return f"rate limit: {used} actions in {limits.rate_window:g}s"
+    flying = sum(1 for c in cases.values() if c.state in IN_FLIGHT and c.node != node)
+    if flying >= limits.max_in_flight:
+        return f"{flying} nodes already in flight (max_in_flight {limits.max_in_flight})"
+    last = ledger.last_action.get(node)
+    if last is not None and now - last < limits.cooldown:
+        return f"cooldown: last action {now - last:.0f}s ago (cooldown {limits.cooldown:g}s)"
+    current = cases.get(node)
+    if current is not None and current.state in AWAITING_BOOT:
+        return "an action is already in flight for this node"
+    return None
+
+
+@dataclass
+class Decision:
+    cases: dict[str, Case]  # every case after this poll (changed or not)
+    changed: set[str]
+    events: list[tuple[str, str, str]]  # node, event, detail
+    starts: list[tuple[str, str]]  # node, action: may start now (state already *_requested)
+    held: list[tuple[str, str, str]]  # node, action, why it waits
+    detections: list[tuple[str, str, float]]  # new failures
+    trip: str | None  # the breaker opened in this poll, and why
+
+
+def decide(cases: dict[str, Case], observations: list[Obs], now: float, policy, limits,
+           ledger: Ledger, owns_reason: Callable[[str], bool] = lambda _r: False) -> Decision:
+    cases = dict(cases)
+    seen = {o.name: o for o in observations}
+    events, wants, new = [], [], []
+    changed: set[str] = set()
+    for name in sorted(set(seen) | set(cases)):
+        before = cases.get(name)
+        step = plan(before, seen.get(name), now, policy, limits, owns_reason)
+        if step.case is not None and step.case != before:
+            cases[name] = step.case
+            changed.add(name)
+        events += [(name, e, d) for e, d in step.events]
+        if step.new:
+            new.append((name, step.case.check, now))
+        if step.want:
+            wants.append((step.case.opened, name, step.want))
+    trip = None
+    if not ledger.breaker_open:
+        trip = breaker_trip(ledger.detections + new, len(seen), now, limits)
+        if trip:
+            ledger = replace(ledger, breaker_open=True, breaker_why=trip)
+    starts, held = [], []
+    times = list(ledger.action_times)
+    last = dict(ledger.last_action)
+    for _opened, name, action in sorted(wants):
+        view = replace(ledger, action_times=times, last_action=last)
+        why = blocked(name, cases, view, now, limits)
+        if why:
+            held.append((name, action, why))
+            continue
+        c = cases[name]
+        cases[name] = c.to(REQUESTED[action], now, action=action,
+                           boot_before=seen[name].boot_time, note="")
+        changed.add(name)
+        times.append(now)
+        last[name] = now
+        starts.append((name, action))
+    return Decision(cases, changed, events, starts, held, new, trip)

@@ -1,0 +1,114 @@
+"""The [recovery] config section and its provider sub-tables.
+
+Provider names use hyphens (`provider = "aws-hyperpod"`), their sub-tables underscores
+(`[recovery.aws_hyperpod]`), because TOML keys become Python attributes here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from urllib.parse import urlparse
+
+PROVIDERS = ("http", "command", "aws-hyperpod", "hyperpod-slurm", "slurm-power", "none")
+REBOOT_VIA = ("slurm", "provider")
+
+
+@dataclass
+class HttpSettings:
+    url: str = ""  # base URL of the REST service, see docs/recovery-http.md
+    token_file: str = ""  # bearer token read from this file (first line) ...
+    token_env: str = ""  # ... or from this environment variable; never logged
+    verify: bool = True  # TLS certificate verification
+    ca_bundle: str = ""  # a CA file for a private PKI ("" = the system's)
+    timeout: float = 10.0  # seconds per request (connect and read)
+    retries: int = 4  # extra attempts after a 429, 5xx, timeout or connection error
+    backoff: float = 1.0  # first wait, doubled per retry
+    backoff_max: float = 30.0  # cap on one wait (Retry-After included)
+
+    def validate(self) -> None:
+        if self.url:
+            u = urlparse(self.url)
+            if u.scheme not in ("http", "https") or not u.netloc:
+                raise ValueError(f"http.url: must be an http(s) URL, got {self.url!r}")
+        if self.timeout <= 0 or self.backoff < 0 or self.backoff_max < 0 or self.retries < 0:
+            raise ValueError("http: timeout must be > 0; retries, backoff, backoff_max >= 0")
+        if self.token_file and self.token_env:
+            raise ValueError("http: set token_file or token_env, not both")
+
+
+@dataclass
+class CommandSettings:
+    path: str = ""  # an executable: `path reboot|replace|status NODE --request-id ID`
+    timeout: float = 120.0
+
+    def validate(self) -> None:
+        if self.timeout <= 0:
+            raise ValueError("command.timeout: must be > 0")
+
+
+@dataclass
+class HyperpodSettings:
+    cluster: str = ""  # HyperPod cluster name or ARN
+    region: str = ""  # "" = boto3's default chain
+    # Slurm node name -> HyperPod instance id, for names the cluster API cannot map itself.
+    node_ids: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class RecoverySection:
+    enabled: bool = True
+    provider: str = "none"  # who replaces nodes (and reboots them when reboot_via = "provider")
+    reboot_via: str = "slurm"  # "slurm": scontrol reboot + RebootProgram; "provider"
+    db: str = "/var/lib/airlock/recovery.db"
+    policy: str = ""  # escalation policy TOML; "" = the shipped airlock/recovery/policy.toml
+    poll_interval: float = 30.0
+    dry_run: bool = False
+    # A new failure waits this long before its first action, so that a mass failure shows up
+    # whole (and trips the breaker) before anything is rebooted.
+    detect_grace: float = 60.0
+    max_actions_per_hour: int = 10
+    rate_window: float = 3600.0  # the "hour" of max_actions_per_hour, seconds
+    max_in_flight: int = 4  # nodes between an action and its verdict
+    cooldown: float = 900.0  # minimum seconds between two actions on one node
+    breaker_window: float = 600.0
+    breaker_share: float = 0.2  # trip when this share of the fleet fails within the window ...
+    breaker_min_nodes: int = 3  # ... counting at least this many nodes ...
+    breaker_same_check: int = 5  # ... or when this many nodes fail the same check
+    reboot_timeout: float = 1200.0  # from the reboot request to the node's new boot
+    replace_timeout: float = 3600.0  # from the replace request to the new instance's boot
+    verdict_timeout: float = 7200.0  # from a new boot to the registration suite's verdict
+    refail_window: float = 86400.0  # a failure within this long after recovery escalates
+    http: HttpSettings = field(default_factory=HttpSettings)
+    command: CommandSettings = field(default_factory=CommandSettings)
+    aws_hyperpod: HyperpodSettings = field(default_factory=HyperpodSettings)
+
+    def validate(self) -> None:
+        if self.provider not in PROVIDERS:
+            raise ValueError(f"provider: must be one of {', '.join(PROVIDERS)}, "
+                             f"got {self.provider!r}")
+        if self.reboot_via not in REBOOT_VIA:
+            raise ValueError(f"reboot_via: must be one of {', '.join(REBOOT_VIA)}")
+        if self.reboot_via == "provider" and self.provider in ("none", "slurm-power"):
+            raise ValueError(f"reboot_via = \"provider\" needs a provider that reboots, "
+                             f"not {self.provider!r}")
+        for name in ("poll_interval", "rate_window", "breaker_window", "reboot_timeout",
+                     "replace_timeout", "verdict_timeout"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name}: must be > 0")
+        for name in ("detect_grace", "cooldown", "refail_window"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name}: must be >= 0")
+        for name in ("max_actions_per_hour", "max_in_flight", "breaker_min_nodes",
+                     "breaker_same_check"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}: must be >= 1")
+        if not 0 < self.breaker_share <= 1:
+            raise ValueError("breaker_share: must be in (0, 1]")
+        if self.provider == "http" and not self.http.url:
+            raise ValueError("provider = \"http\" needs [recovery.http] url")
+        if self.provider == "command" and not self.command.path:
+            raise ValueError("provider = \"command\" needs [recovery.command] path")
+        if self.provider == "aws-hyperpod" and not self.aws_hyperpod.cluster:
+            raise ValueError("provider = \"aws-hyperpod\" needs [recovery.aws_hyperpod] cluster")
+        self.http.validate()
+        self.command.validate()
