@@ -136,6 +136,7 @@ SECTIONS: dict[str, str] = {
     "checks": "airlock.config:CheckDefaults",
     "ondemand": "airlock.ondemand:OndemandSection",
     "burnin": "airlock.config:BurninSection",
+    "recovery": "airlock.recovery.settings:RecoverySection",
     "metrics": "airlock.metrics:MetricsSection",
     "prolog": "airlock.hooks.prolog:PrologSection",
     "epilog": "airlock.hooks.epilog:EpilogSection",
