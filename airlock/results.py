@@ -256,7 +256,9 @@ def read_node(cfg, node: str, history: int = 0) -> NodeResults:
         local = node_dir(cfg.state_dir, node)
         run, why = _read_run(local / "latest.json")
         if run is not None:
-            return NodeResults(node, run, "local", "", read_history(local, history))
+            # Still name a broken shared copy: the controller elsewhere cannot see this run.
+            return NodeResults(node, run, "local", "; ".join(problems),
+                               read_history(local, history))
         if why != "missing":
             problems.append(f"local results: {why}")
         elif not problems:
