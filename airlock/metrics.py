@@ -134,16 +134,12 @@ def controller_registry(status: dict[str, Any], recovery: dict[str, Any]):
             last.labels(r["node"]).set(r["last_check_at"])
         if r.get("duration_s") is not None:
             took.labels(r["node"]).set(r["duration_s"])
-        readable.labels(r["node"]).set(0 if r.get("results_problem") else 1)
+        readable.labels(r["node"]).set(0 if r.get("results_source") == "slurm" else 1)
     for s in states:
         nodes.labels(s).set(status["summary"].get(s, 0))
     scraped.set(status.get("generated_at", time.time()))
     if recovery:
-        actions = Gauge("airlock_recovery_actions_total", "Recovery actions taken, by action "
-                        "and result (a total kept by the recovery database)",
-                        ["action", "result"], registry=reg)
-        for (action, result), count in sorted(recovery.get("actions", {}).items()):
-            actions.labels(action, result).set(count)
+        reg.register(_ActionsCollector(recovery.get("actions", {})))
         if "breaker_open" in recovery:
             Gauge("airlock_recovery_breaker_open", "1 while the circuit breaker stops all "
                   "recovery actions", registry=reg).set(1 if recovery["breaker_open"] else 0)
@@ -151,6 +147,23 @@ def controller_registry(status: dict[str, Any], recovery: dict[str, Any]):
             Gauge("airlock_recovery_in_flight", "Nodes with a recovery action under way",
                   registry=reg).set(recovery["in_flight"])
     return reg
+
+
+class _ActionsCollector:
+    """Action counts kept by the recovery database: a counter, though this process only reads
+    it (so it is exposed as a CounterMetricFamily, not a Counter it would increment)."""
+
+    def __init__(self, actions: dict[tuple[str, str], int]):
+        self.actions = actions
+
+    def collect(self):
+        from prometheus_client.core import CounterMetricFamily
+
+        fam = CounterMetricFamily("airlock_recovery_actions", "Recovery actions recorded, by "
+                                  "action and status", labels=["action", "status"])
+        for (action, status), count in sorted(self.actions.items()):
+            fam.add_metric([action, status], count)
+        yield fam
 
 
 def write_controller_textfile(cfg, status: dict[str, Any], recovery: dict[str, Any],

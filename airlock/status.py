@@ -43,39 +43,62 @@ def classify(node: Node) -> str:
     return "unknown"
 
 
-def recovery_states(cfg) -> dict[str, str]:
-    """Each node's recovery state from the recovery service's database ({} when it has none).
+def _recovery_store(cfg):
+    """The recovery service's database, read-only, or None when there is none (yet)."""
+    import os
 
-    The recovery service owns its database; this is the one place status reads it, through
-    the function that package offers (airlock.recovery.view.node_states(cfg) -> {node: state}).
+    try:
+        path = cfg.section("recovery").db
+    except Exception:  # noqa: BLE001 - no recovery section registered: no recovery shown
+        return None
+    if not path or not os.path.exists(path):
+        return None
+    try:
+        from airlock.recovery.store import Store
+
+        return Store(path, readonly=True)
+    except Exception:  # noqa: BLE001 - a broken recovery DB must not break status
+        return None
+
+
+def recovery_states(cfg) -> dict[str, str]:
+    """Each node's open recovery case state ({} when no recovery database exists).
+
+    Closed cases (done, released) are history, not a state: `airlock recover --history` has them.
     """
-    view = _recovery_view()
-    if view is None or not hasattr(view, "node_states"):
+    store = _recovery_store(cfg)
+    if store is None:
         return {}
     try:
-        return {str(k): str(v) for k, v in view.node_states(cfg).items()}
-    except Exception:  # noqa: BLE001 - a broken recovery DB must not break status
+        from airlock.recovery.machine import CLOSED
+
+        return {node: case.state for node, case in store.cases().items()
+                if case.state not in CLOSED}
+    except Exception:  # noqa: BLE001 - gracefully empty, like a missing database
         return {}
+    finally:
+        store.close()
 
 
 def recovery_metrics(cfg) -> dict[str, Any]:
-    """{"actions": {(action, result): count}, "breaker_open": bool, "in_flight": int}, or {}."""
-    view = _recovery_view()
-    if view is None or not hasattr(view, "metrics"):
+    """{"actions": {(action, status): count}, "breaker_open": bool, "in_flight": int}, or {}."""
+    store = _recovery_store(cfg)
+    if store is None:
         return {}
     try:
-        return dict(view.metrics(cfg))
+        from airlock.recovery.machine import IN_FLIGHT
+
+        actions: dict[tuple[str, str], int] = {}
+        for a in store.actions():
+            key = (str(a["kind"]), str(a["status"]))
+            actions[key] = actions.get(key, 0) + 1
+        cases = store.cases().values()
+        return {"actions": actions, "breaker_open": bool(store.breaker()["open"]),
+                "in_flight": sum(c.state in IN_FLIGHT for c in cases)}
     except Exception:  # noqa: BLE001 - gracefully empty, like a missing database
         return {}
-
-
-def _recovery_view():
-    import importlib
-
-    try:
-        return importlib.import_module("airlock.recovery.view")
-    except ImportError:
-        return None
+    finally:
+        store.close()
 
 
 def _run_summary(run: dict[str, Any]) -> dict[str, Any]:
