@@ -16,6 +16,9 @@ Switches (name = value: effect):
   allreduce_corrupt = RANK      all-reduce: RANK contributes a wrong value
   allreduce_hang = RANK         all-reduce: RANK never joins the collective
   flaky_check = CHECK           the named check fails on its first attempt only
+
+Hardware faults for the quick checks (ECC, row remap, XID, NVLink, lost GPU, hung NVML, ...) are
+not switches: they are fields of the node's GPUs in the NVML simulation file (airlock/nvml.py).
 """
 
 from __future__ import annotations

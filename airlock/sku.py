@@ -18,6 +18,7 @@ wrong type is a clear error naming the file and the key (a typo must not silentl
 
 from __future__ import annotations
 
+import copy
 import os
 import tomllib
 from dataclasses import dataclass, field
@@ -142,7 +143,8 @@ def from_dict(data: dict[str, Any], origin: str) -> Profile:
             raise ValueError(f"temp_warn_c {warn_c} is above temp_fail_c {fail_c}")
     except ValueError as exc:
         raise ConfigError(f"profile {origin}: {exc}") from None
-    extra = {k: default for k, (_, default, _) in SCHEMA.items() if k not in _BASE_KEYS}
+    extra = {k: copy.deepcopy(default) for k, (_, default, _) in SCHEMA.items()
+             if k not in _BASE_KEYS}
     extra.update({k: v for k, v in values.items() if k not in _BASE_KEYS})
     return Profile(name=values["name"], models=tuple(values.get("models", ())),
                    gpus=values.get("gpus", 0), memory_mib=values.get("memory_mib", 0),

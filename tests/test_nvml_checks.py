@@ -335,3 +335,33 @@ def test_quick_level_never_imports_torch(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+# --- the real pynvml backend, as far as a machine without GPUs allows ----------------------------
+def test_pynvml_backend_uses_only_names_the_installed_pynvml_has():
+    import inspect
+    import re
+
+    import pynvml
+
+    from airlock import nvml
+
+    src = inspect.getsource(nvml)
+    used = set(re.findall(r"\bnv\.(\w+)", src)) | set(re.findall(r"\bpynvml\.(\w+)", src))
+    used |= set(nvml._THROTTLE_BITS)
+    used |= {"NVML_ERROR_GPU_IS_LOST", "NVML_ERROR_UNKNOWN", "NVML_ERROR_LIBRARY_NOT_FOUND",
+             "NVML_ERROR_DRIVER_NOT_LOADED", "nvmlDeviceGetCurrentClocksEventReasons"}
+    missing = sorted(n for n in used if not hasattr(pynvml, n))
+    assert not missing, missing
+    # every bit the backend names maps to a throttle name the profiles may use
+    from airlock import sku
+
+    assert set(nvml._THROTTLE_BITS.values()) == set(sku.THROTTLE_NAMES)
+
+
+def test_pynvml_without_a_driver_is_a_cpu_node_and_a_clear_error():
+    from airlock import nvml
+
+    assert nvml.real_nvml_available() is False  # no libnvidia-ml here
+    with pytest.raises(NvmlError, match="nvml init failed"):
+        nvml.PynvmlBackend().snapshot()
