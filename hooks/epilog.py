@@ -7,7 +7,8 @@ over one fresh NVML snapshot and the prolog's snapshot of the same job:
   gpu_released    no compute process still alive on the job's GPUs (after process_grace
                   seconds for exiting processes to let go); without SLURM_JOB_GPUS every GPU is
                   the job's (whole-node jobs)
-  xid_during_job  no fatal XID (fatal_xids) on any GPU since the prolog; others are warnings
+  xid_during_job  no fatal XID (the XID policy's, or [epilog] fatal_xids) reported by NVML
+                  on any GPU since the prolog; other new XIDs are warnings
   ecc_during_job  no new uncorrectable ECC errors or remapped rows since the prolog; new
                   correctable errors are a warning
 
@@ -31,17 +32,15 @@ from airlock.hooks.prolog import drain_failure, gpu_snapshot, jobs_dir, log
 from airlock import config as config_mod
 from airlock.errors import AirlockError
 
-# Hardware/driver XIDs worth a drain when they happen during a job (Azure's aznhc list, from
-# DESIGN.md). Application XIDs (13, 31, 43, 45) are the job's own errors, never a drain.
-FATAL_XIDS = [48, 56, 57, 58, 62, 63, 64, 65, 68, 69, 73, 74, 79, 80, 81, 92, 119, 120]
-
 
 @dataclass
 class EpilogSection:
     enabled: bool = True
     # Seconds to wait for a job's processes to release the GPUs before calling them leftovers.
     process_grace: float = 5.0
-    fatal_xids: list[int] = field(default_factory=lambda: list(FATAL_XIDS))
+    # XIDs during a job that drain the node; [] = the fatal set of the XID policy ([xid]
+    # policy_file, policy "default"), so the epilog and the periodic check agree.
+    fatal_xids: list[int] = field(default_factory=list)
 
     def validate(self) -> None:
         if self.process_grace < 0:
@@ -124,6 +123,14 @@ def verdict_ecc(before: dict[str, Any] | None, gpus: list[dict[str, Any]]) -> Ou
     return passed("ecc_during_job", "no new ECC errors")
 
 
+def fatal_xids(cfg) -> set[int]:
+    if cfg.epilog.fatal_xids:
+        return set(cfg.epilog.fatal_xids)
+    from airlock.checks.xid import policy
+
+    return set(policy("default", cfg.xid.policy_file).fatal)
+
+
 # --- gathering ---------------------------------------------------------------------------------
 def _alive(pid: int) -> bool:
     from airlock.nodestate import pid_alive
@@ -161,7 +168,7 @@ def run_epilog(cfg, node: str, job: str, job_gpus_env: str | None) -> tuple[int,
             time.sleep(0.5)
             gpus = _gpus(cfg, node)
             released = verdict_released(gpus, mine, _alive)
-        outcomes = [released, verdict_xids(before, gpus, cfg.epilog.fatal_xids),
+        outcomes = [released, verdict_xids(before, gpus, fatal_xids(cfg)),
                     verdict_ecc(before, gpus)]
     except AirlockError as exc:  # nvml timeout or error: the GPUs cannot be vouched for
         outcomes = [failed("gpu_released", str(exc))]

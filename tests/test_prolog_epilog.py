@@ -76,8 +76,9 @@ def test_sections_validate():
         config_mod.from_dict({"prolog": {"budget": 0}})
     with pytest.raises(config_mod.ConfigError, match=r"\[epilog\] process_grace"):
         config_mod.from_dict({"epilog": {"process_grace": -1}})
-    cfg = config_mod.from_dict({"epilog": {"fatal_xids": [79]}})
-    assert cfg.epilog.fatal_xids == [79]
+    assert epilog.fatal_xids(config_mod.from_dict({"epilog": {"fatal_xids": [79]}})) == {79}
+    default = epilog.fatal_xids(config_mod.from_dict({}))  # the XID policy's fatal set
+    assert 79 in default and 13 not in default
 
 
 def test_prolog_never_imports_torch(tmp_path):
