@@ -1,0 +1,255 @@
+"""The recovery service against the real Slurm test cluster and a cloud on loopback."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+
+from airlock.devcluster import healthy_gpus
+from airlock.recovery.store import Store
+
+sys.path.insert(0, os.path.dirname(__file__))
+from recovery_cloud import FakeCloud  # noqa: E402
+
+pytestmark = pytest.mark.cluster
+
+
+def recovery_config(tmp_path, cloud: FakeCloud, level: str = "quick", **over) -> dict:
+    token = tmp_path / "token"
+    token.write_text(cloud.token + "\n")
+    rec = {
+        "provider": "http",
+        "db": str(tmp_path / "recovery.db"),
+        "poll_interval": 0.5,
+        "detect_grace": 1.0,
+        "cooldown": 1.0,
+        "max_actions_per_hour": 6,
+        "max_in_flight": 2,
+        "breaker_window": 60.0,
+        "breaker_share": 0.9,
+        "breaker_min_nodes": 3,
+        "breaker_same_check": 3,
+        "reboot_timeout": 45.0,
+        "replace_timeout": 45.0,
+        "verdict_timeout": 60.0,
+        "refail_window": 30.0,
+        "http": {"url": cloud.url, "token_file": str(token), "timeout": 1.0, "retries": 3,
+                 "backoff": 0.1, "backoff_max": 1.0},
+    }
+    rec.update(over)
+    return {"registration": {"level": level, "boot_tolerance": 2.0},
+            "burnin": {"cpu_size": 64, "cpu_iterations": 2}, "recovery": rec}
+
+
+def start_service(cluster, faults: str = "", log=None) -> subprocess.Popen:
+    env = cluster.env()
+    env.pop("AIRLOCK_FAULTS", None)
+    if faults:
+        env["AIRLOCK_FAULTS"] = faults
+    return subprocess.Popen([sys.executable, "-m", "airlock", "recover", "--interval", "0.5"],
+                            env=env, stdout=log or subprocess.DEVNULL, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL)
+
+
+def stop_service(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def db_rows(path, sql, args=()):
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
+    try:
+        return db.execute(sql, args).fetchall()
+    finally:
+        db.close()
+
+
+def case_state(path, node):
+    try:
+        rows = db_rows(path, "SELECT state FROM cases WHERE node=?", (node,))
+    except sqlite3.OperationalError:
+        return None
+    return rows[0][0] if rows else None
+
+
+def reboots_queued(cluster, node: str) -> int:
+    log = (cluster.root / "log" / "slurmctld.log").read_text()
+    return sum(1 for line in log.splitlines()
+               if "reboot request queued for nodes" in line and line.rstrip().endswith(node))
+
+
+def healthy_and_free(cluster, db, node):
+    n = cluster.node(node)
+    return case_state(db, node) == "healthy" and not n.drained and not n.reason \
+        and n.state == "IDLE"
+
+
+def test_reboot_fails_again_then_replace_through_http_cloud(cluster_factory, tmp_path):
+    cloud = FakeCloud().start()
+    cluster = cluster_factory(start=False, nodes=["node1", "node2", "node3"],
+                              airlock=recovery_config(tmp_path, cloud))
+    cloud.cluster = cluster
+    cluster.write_files()
+    cluster.set_node_sim("node2", gpus=healthy_gpus(7))  # gpu_count fails on every run
+    cluster.start(wait=True)
+    db = tmp_path / "recovery.db"
+    out = open(tmp_path / "service.log", "wb")
+    proc = start_service(cluster, log=out)
+    try:
+        cluster.wait(lambda: healthy_and_free(cluster, db, "node2"), 80, "node2 replaced, healthy")
+    finally:
+        stop_service(proc)
+        cloud.stop()
+    actions = db_rows(db, "SELECT kind, via, status FROM actions WHERE node='node2' ORDER BY id")
+    assert actions == [("reboot", "slurm", "done"), ("replace", "http", "done")]
+    assert db_rows(db, "SELECT COUNT(*) FROM actions WHERE node != 'node2'") == [(0,)]
+    assert reboots_queued(cluster, "node2") == 1
+    assert len(cloud.posts("replace", "node2")) == 1 and not cloud.posts("reboot")
+    assert all(p["authorized"] for p in cloud.posts())
+    events = [e for (e,) in db_rows(db, "SELECT event FROM history WHERE node='node2' "
+                                        "ORDER BY id")]
+    expected = ["detected", "request", "issued", "booted", "escalate", "request", "issued",
+                "booted", "healthy"]
+    it = iter(events)
+    assert all(e in it for e in expected), events  # in this order
+    # the token never reaches a log line or the database
+    assert cloud.token not in (tmp_path / "service.log").read_text()
+    assert cloud.token not in db.read_bytes().decode(errors="replace")
+    for other in ("node1", "node3"):
+        assert not cluster.node(other).drained
+
+
+def test_sigkill_at_every_step_one_reboot_one_replace(cluster_factory, tmp_path):
+    cloud = FakeCloud().start()
+    cluster = cluster_factory(start=False, nodes=["node1", "node2"],
+                              airlock=recovery_config(tmp_path, cloud))
+    cloud.cluster = cluster
+    cluster.write_files()
+    cluster.set_node_sim("node2", gpus=healthy_gpus(7))
+    cluster.start(wait=True)
+    db = tmp_path / "recovery.db"
+
+    def snapshot():
+        try:
+            return (case_state(db, "node2"),
+                    tuple(db_rows(db, "SELECT id, status FROM actions ORDER BY id")))
+        except sqlite3.OperationalError:
+            return (None, ())
+
+    # The first two processes kill themselves at the worst moments: right after an intent is
+    # committed (nothing sent yet), and right after the cloud accepted a replace (not recorded).
+    crash_points = ["recover_crash=after_intent", "recover_crash=after_submit"]
+    kills, self_killed, deadline = 0, 0, time.monotonic() + 85
+    try:
+        while not healthy_and_free(cluster, db, "node2"):
+            assert time.monotonic() < deadline, f"flow did not finish: {snapshot()}"
+            faults = crash_points.pop(0) if crash_points else ""
+            before = snapshot()
+            proc = start_service(cluster, faults)
+            while proc.poll() is None and snapshot() == before \
+                    and not healthy_and_free(cluster, db, "node2") \
+                    and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGKILL)  # kill -9 right after a step
+                kills += 1
+            proc.wait()
+            if faults:
+                assert proc.returncode == -signal.SIGKILL
+                self_killed += 1
+    finally:
+        cloud.stop()
+    assert self_killed == 2 and kills >= 5
+    actions = db_rows(db, "SELECT kind, status FROM actions WHERE node='node2' ORDER BY id")
+    assert actions == [("reboot", "done"), ("replace", "done")]
+    assert reboots_queued(cluster, "node2") == 1
+    executed = [p for p in cloud.posts("replace", "node2") if p.get("executed")]
+    assert len(executed) == 1
+    assert len(cloud.posts("replace")) == 1  # the restart asked (GET) instead of re-sending
+    events = [e for (e,) in db_rows(db, "SELECT event FROM history WHERE node='node2'")]
+    assert "resend" in events  # the intent that was never sent got sent once, after restart
+
+
+def test_mass_failure_trips_breaker_and_nothing_is_replaced(cluster_factory, tmp_path):
+    cloud = FakeCloud().start()
+    nodes = ["node1", "node2", "node3", "node4"]
+    cluster = cluster_factory(start=False, nodes=nodes, airlock=recovery_config(
+        tmp_path, cloud, detect_grace=8.0, breaker_same_check=3, breaker_share=0.75))
+    cloud.cluster = cluster
+    cluster.write_files()
+    for n in nodes[:3]:  # three of four fail the same check: a shared cause, not three GPUs
+        cluster.set_node_sim(n, gpus=healthy_gpus(7))
+    cluster.start(wait=True)
+    db = tmp_path / "recovery.db"
+    proc = start_service(cluster)
+    try:
+        cluster.wait(lambda: db_rows(db, "SELECT open FROM breaker") == [(1,)], 40,
+                     "breaker open")
+        time.sleep(10)  # longer than detect_grace: nothing may start while it is open
+    finally:
+        stop_service(proc)
+        cloud.stop()
+    assert db_rows(db, "SELECT COUNT(*) FROM actions") == [(0,)]
+    assert cloud.log == [] and all(reboots_queued(cluster, n) == 0 for n in nodes)
+    why = db_rows(db, "SELECT why FROM breaker")[0][0]
+    assert "gpu_count" in why or "of 4 nodes" in why
+    for n in nodes[:3]:
+        assert cluster.node(n).reason.startswith("airlock: FAIL gpu_count")
+    held = db_rows(db, "SELECT COUNT(*) FROM cases WHERE state='detected'")
+    assert held == [(3,)]
+    reset = subprocess.run([sys.executable, "-m", "airlock", "recover", "--reset-breaker"],
+                           env=cluster.env(), capture_output=True, text=True, timeout=30)
+    assert reset.returncode == 0 and "breaker reset" in reset.stdout
+    assert db_rows(db, "SELECT open FROM breaker") == [(0,)]
+
+
+def test_cloud_errors_retried_then_refusal_leaves_node_drained(cluster_factory, tmp_path):
+    cloud = FakeCloud().start()
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[[class]]\nname = "gpu-lost"\nchecks = ["gpu_count"]\n'
+                      'ladder = ["replace"]\n\n'
+                      '[[class]]\nname = "default"\nchecks = ["*"]\nladder = ["reboot"]\n')
+    cluster = cluster_factory(start=False, nodes=["node1", "node2"], airlock=recovery_config(
+        tmp_path, cloud, policy=str(policy)))
+    cloud.cluster = cluster
+    cloud.refuse["node2"] = "no capacity: p5.48xlarge unavailable in use1-az2"
+    cloud.script = [500, (429, {"Retry-After": "0.2"}), "timeout"]
+    cloud.slow_s = 2.5
+    cluster.write_files()
+    cluster.set_node_sim("node2", gpus=healthy_gpus(7))
+    cluster.start(wait=True)
+    db = tmp_path / "recovery.db"
+    proc = start_service(cluster)
+    try:
+        cluster.wait(lambda: case_state(db, "node2") == "manual", 40, "node2 left for a person")
+    finally:
+        stop_service(proc)
+        cloud.stop()
+    posts = cloud.posts("replace", "node2")
+    assert len(posts) == 4  # 500, 429, timeout, then the refusal: one request, four attempts
+    assert posts[2]["ts"] - posts[1]["ts"] >= 0.2  # Retry-After honoured
+    hist = db_rows(db, "SELECT event, detail FROM history WHERE node='node2' ORDER BY id")
+    retries = [d for e, d in hist if e == "api_retry"]
+    assert len(retries) == 3
+    assert "HTTP 500" in retries[0] and "HTTP 429" in retries[1] and "timeout" in retries[2]
+    refused = [d for e, d in hist if e == "refused"]
+    assert refused and "no capacity: p5.48xlarge unavailable" in refused[0]
+    assert db_rows(db, "SELECT status FROM actions") == [("refused",)]
+    node = cluster.node("node2")
+    assert node.drained and node.reason.startswith("airlock: recover replace")
+    show = subprocess.run([sys.executable, "-m", "airlock", "recover", "--history", "node2"],
+                          env=cluster.env(), capture_output=True, text=True, timeout=30)
+    assert "no capacity" in show.stdout and show.returncode == 0
+    assert reboots_queued(cluster, "node2") == 0
+    assert Store(str(db), readonly=True).cases()["node2"].note.startswith("replace refused")
