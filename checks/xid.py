@@ -302,7 +302,7 @@ def verdict_xid(events: list[XidEvent], pol: XidPolicy, now: float, boot: float,
         g = gs[0]
         more = f" x{g.occurrences}" if g.occurrences > 1 else ""
         others = f" (+{len(gs) - 1} more)" if len(gs) > 1 else ""
-        return f"xid {g.xid} {g.gpu}{more}{others}"
+        return f"{g.xid} {g.gpu}{more}{others}"  # the reason reads "FAIL xid 79 gpu3 ..."
 
     if by_action["fail"]:
         return failed("xid", f"{describe(by_action['fail'])} within {window}", pol.remediation,

@@ -17,7 +17,7 @@ FAULTS = {
     # node: (change on gpu3, the reason Slurm must show)
     "node2": ({"ecc_volatile_uncorrected_dram": 2}, "airlock: FAIL ecc gpu3 2 DRAM uncorrectable"),
     "node3": ({"remap_pending": True}, "airlock: FAIL row_remap gpu3 row remap pending"),
-    "node4": ({"xids": [{"xid": 79}]}, "airlock: FAIL xid xid 79 gpu3 within 2h"),
+    "node4": ({"xids": [{"xid": 79}]}, "airlock: FAIL xid 79 gpu3 within 2h"),
     "node5": ({"nvlink_active": [True] * 15 + [False] * 3},
               "airlock: FAIL nvlink gpu3 15/18 links active"),
     "node6": ({"lost": True}, "airlock: FAIL gpu_lost gpu3 fell off the bus"),

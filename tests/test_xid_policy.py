@@ -112,14 +112,14 @@ def test_verdict_window_boot_and_actions():
     pol = xid.policy("default")
     fatal = [XidEvent(79, NOW - 60, 3)]
     out = xid.verdict_xid(fatal, pol, NOW, BOOT)
-    assert out.failed and out.detail == "xid 79 gpu3 within 2h" and out.remediation == "reboot"
+    assert out.failed and out.detail == "79 gpu3 within 2h" and out.remediation == "reboot"
     # outside the window
     assert xid.verdict_xid([XidEvent(79, NOW - 7300, 3)], pol, NOW, BOOT).verdict is Verdict.PASS
     # before this boot: the reboot already dealt with it
     assert xid.verdict_xid(fatal, pol, NOW, NOW - 30).verdict is Verdict.PASS
     # repeated fatal XIDs are counted once per burst and named with their count
     burst = [XidEvent(48, NOW - 1000 + i, 1) for i in range(5)] + [XidEvent(48, NOW - 10, 1)]
-    assert xid.verdict_xid(burst, pol, NOW, BOOT).detail == "xid 48 gpu1 x2 within 2h"
+    assert xid.verdict_xid(burst, pol, NOW, BOOT).detail == "48 gpu1 x2 within 2h"
     warn = xid.verdict_xid([XidEvent(13, NOW - 5, 0)], pol, NOW, BOOT)
     assert warn.verdict is Verdict.WARN
     ignored = xid.verdict_xid([XidEvent(45, NOW - 5, i) for i in range(8)], pol, NOW, BOOT)
@@ -163,4 +163,4 @@ def test_check_reads_kernel_log_file_even_when_nvml_is_down(tmp_path):
     records, _ = run_level(cfg, "n1", "quick", only=["nvml", "xid"])
     by = {r["check"]: r for r in records}
     assert by["nvml"]["verdict"] == "fail"
-    assert by["xid"]["verdict"] == "fail" and by["xid"]["detail"].startswith("xid 79 0000:48:00")
+    assert by["xid"]["verdict"] == "fail" and by["xid"]["detail"].startswith("79 0000:48:00")
