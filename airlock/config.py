@@ -136,6 +136,8 @@ SECTIONS: dict[str, str] = {
     "checks": "airlock.config:CheckDefaults",
     "ondemand": "airlock.ondemand:OndemandSection",
     "burnin": "airlock.config:BurninSection",
+    "memtest": "airlock.checks.memtest:MemtestSection",
+    "allreduce": "airlock.checks.allreduce:AllreduceSection",
     "recovery": "airlock.recovery.settings:RecoverySection",
     "metrics": "airlock.metrics:MetricsSection",
     "prolog": "airlock.hooks.prolog:PrologSection",

@@ -1,101 +1,288 @@
-"""GEMM burn-in with verified results.
+"""GEMM burn-in with verified results, on every local device at once.
 
-Every device multiplies the same seeded matrices. Results must be bit-identical across devices of
-the same model (same inputs, same kernels) and each device's checksum must match a float64
-reference within the dtype's tolerance. TFLOPS per device is measured and compared with the
-profile floor. On a machine without GPUs the same code runs on CPU "devices" (worker threads
-share the CPU), with smaller sizes, so tests exercise it for real.
+Each device runs in a thread of its own (CUDA work releases the GIL, so devices run
+concurrently); without GPUs, [burnin] cpu_devices "virtual devices" share the CPU. Every device
+multiplies the same seeded matrices, per configured dtype, and is judged on four things:
+
+* bit-exact agreement: the result's bits must equal those of the other devices of the same
+  model (same inputs, same kernels). A device that disagrees with the majority is named with the
+  count and place of the differing elements. The device's own result must also stay the same
+  from chunk to chunk over the whole run (an intermittent error shows as "unstable").
+* the golden checksum: row and column sums of the result against a float64 reference computed
+  once on the CPU, within the dtype's rounding tolerance. Sums of A@B are cheap to get exactly
+  (rows: A(B1), columns: (1A)B, O(n^2) instead of O(n^3)), so even 8192-wide matrices have a
+  float64 reference, and a wrong element is located at (row, column).
+* speed: TFLOPS per device (median over timed chunks, so a moment of contention does not count)
+  against the profile floor, against the node's median (a straggler), and, where stored results
+  exist, against the fleet median of nodes with the same profile.
+* errors: an allocation failure or a device that stops making progress (a per-device watchdog,
+  far sooner than the check's own timeout) is named as itself.
+
+On GPUs the work runs for [burnin] duration seconds per dtype (deep_duration at level deep); on
+the CPU a fixed small amount, so tests and registration stay quick. Progress (elapsed, remaining)
+goes to stderr as `AIRLOCK-PROGRESS burnin {json}` lines, or to a callback.
 """
 
 from __future__ import annotations
 
+import glob
+import json
+import os
+import statistics
+import sys
+import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 from airlock.checks.base import Outcome, failed, passed
 from airlock.faults import device_arg
 
-TOLERANCE = {"fp32": 1e-4, "tf32": 5e-3, "fp16": 2e-2, "bf16": 5e-2}
+CHECK = "burnin"
+PROGRESS_MARK = "AIRLOCK-PROGRESS "
+SEED = 1234
+GPU_SIZE = 8192
+# Max relative error of a row/column sum of C against its float64 reference, relative to the sum
+# of |a||b| over the same terms. Each element's rounding is at most u|c| <= u*sum|a||b|, so the
+# bound is about the unit roundoff of the result (bf16 2^-8, fp16 2^-11; tf32 rounds both inputs
+# to 2^-11) with room for fp32 accumulation; an injected or real fault is far larger.
+TOLERANCE = {"fp32": 1e-4, "tf32": 4e-3, "fp16": 2e-3, "bf16": 1.6e-2}
+CHUNK_SECONDS = 0.5  # GPU: a timed chunk lasts about this long
+CPU_CHUNKS = 8
+WATCHDOG_GRACE = 60.0  # seconds past its planned time before a device counts as hung
+
+Progress = Callable[[dict[str, Any]], None]
 
 
 @dataclass(frozen=True)
 class DeviceRun:
     device: str
+    model: str
     dtype: str
-    tflops: float
-    checksum: float
-    mismatches: int  # elements differing from the first device's result
-    ref_error: float  # relative error of the checksum vs the float64 reference
+    tflops: float = 0.0  # GPU: median over timed chunks; CPU: the best chunk (see Plan.best)
+    sustained: float = 0.0  # every GEMM over all the time spent
+    gemms: int = 0
+    fingerprint: int = 0  # exact integer sum of the result's bits (order-independent)
+    golden_error: float = 0.0  # worst row/column error relative to its scale
+    golden_at: tuple[int, int] | None = None  # (row, column) of the worst error
+    unstable: int = 0  # chunks whose result differed from the device's first one
+    mismatches: int = 0  # elements differing from the majority of same-model devices
+    first_mismatch: tuple[int, int] | None = None
+    error: str = ""
 
 
-def verdict_burnin(runs: list[DeviceRun], floor_tflops: float) -> Outcome:
-    figures = {
-        f"{r.device}.{r.dtype}.tflops": round(r.tflops, 4) for r in runs
-    }
+@dataclass
+class Plan:
+    size: int
+    dtypes: list[str]
+    duration: float = 0.0  # > 0: run each dtype this many seconds (GPU)
+    iterations: int = 0  # duration == 0: this many GEMMs per dtype, in CPU_CHUNKS chunks
+    cpu_threads: int = 1
+    # CPU "devices" share cores with every other process, so their speed is their best chunk
+    # (an injected or real slowdown lasts the whole run); a GPU's is its median chunk, so
+    # throttling that lasts half the run shows.
+    best: bool = False
+
+
+# --- pure verdict helpers ---------------------------------------------------------------------
+def majority(fingerprints: dict[str, int]) -> tuple[int | None, list[str]]:
+    """(the fingerprint most devices share, the devices that differ). A tie has no majority:
+    (None, every device)."""
+    counts: dict[int, int] = {}
+    for fp in fingerprints.values():
+        counts[fp] = counts.get(fp, 0) + 1
+    if not counts:
+        return None, []
+    ranked = sorted(counts.items(), key=lambda kv: -kv[1])
+    if len(ranked) > 1 and ranked[0][1] == ranked[1][1]:
+        return None, sorted(fingerprints)
+    ref = ranked[0][0]
+    return ref, sorted(d for d, fp in fingerprints.items() if fp != ref)
+
+
+def stragglers(values: dict[str, float], fraction: float) -> tuple[float, list[str]]:
+    """(node median, devices below fraction x median), slowest first."""
+    if len(values) < 2 or not fraction:
+        return (statistics.median(values.values()) if values else 0.0), []
+    med = statistics.median(values.values())
+    slow = [d for d, v in values.items() if v < fraction * med]
+    return med, sorted(slow, key=lambda d: values[d])
+
+
+def fleet_reference(per_node: dict[str, dict[str, float]], dtype: str,
+                    min_nodes: int) -> float | None:
+    """Median over other nodes of their median device TFLOPS for dtype; None with too few."""
+    vals = [figs[dtype] for figs in per_node.values() if figs.get(dtype)]
+    if len(vals) < max(min_nodes, 1):
+        return None
+    return statistics.median(vals)
+
+
+def verdict_burnin(runs: list[DeviceRun], floors: dict[str, float] | None = None,
+                   straggler_fraction: float = 0.85, fleet: dict[str, float] | None = None,
+                   fleet_fraction: float = 0.85) -> Outcome:
+    floors = floors or {}
+    fleet = fleet or {}
+    figures = burnin_figures(runs, floors, fleet)
+    if not runs:
+        return failed(CHECK, "no devices ran", **figures)
+    for r in runs:
+        if r.error:
+            return failed(CHECK, f"{r.device} {r.dtype} {r.error}", "reboot", **figures)
     for r in runs:
         if r.mismatches:
-            return failed("burnin", f"{r.device} {r.dtype} {r.mismatches} mismatches",
-                          "replace", **figures)
+            where = f" first at {r.first_mismatch}" if r.first_mismatch else ""
+            return failed(CHECK, f"{r.device} {r.dtype} {r.mismatches} mismatches vs other "
+                          f"devices{where}", "replace", **figures)
     for r in runs:
-        if r.ref_error > TOLERANCE[r.dtype]:
-            return failed("burnin", f"{r.device} {r.dtype} checksum off by {r.ref_error:.2e}",
+        if not r.golden_error <= TOLERANCE[r.dtype]:  # NaN is an error too
+            return failed(CHECK, f"{r.device} {r.dtype} checksum off by {r.golden_error:.2e} "
+                          f"at {r.golden_at}", "replace", **figures)
+    for r in runs:
+        if r.unstable:
+            return failed(CHECK, f"{r.device} {r.dtype} result changed in {r.unstable} chunks",
                           "replace", **figures)
-    if floor_tflops:
-        slow = [r for r in runs if r.tflops < floor_tflops]
+    for dtype in _dtypes(runs):
+        per_dev = {r.device: r.tflops for r in runs if r.dtype == dtype}
+        floor = floors.get(dtype) or 0.0
+        below = sorted((d for d, v in per_dev.items() if v < floor), key=per_dev.get)
+        if below:
+            d = below[0]
+            return failed(CHECK, f"{d} {dtype} {per_dev[d]:.3g} TFLOPS < floor {floor:g}",
+                          "reboot", **figures)
+        med, slow = stragglers(per_dev, straggler_fraction)
         if slow:
-            r = min(slow, key=lambda x: x.tflops)
-            return failed("burnin", f"{r.device} {r.dtype} {r.tflops:.1f} TFLOPS "
-                          f"< floor {floor_tflops:g}", "reboot", **figures)
-    best = min(runs, key=lambda x: x.tflops) if runs else None
-    detail = f"min {best.tflops:.2f} TFLOPS" if best else "no devices"
-    return passed("burnin", detail, **figures)
+            d = slow[0]
+            return failed(CHECK, f"{d} {dtype} straggler {per_dev[d]:.3g} TFLOPS < "
+                          f"{straggler_fraction:g} x node median {med:.3g}", "reboot", **figures)
+        ref = fleet.get(dtype)
+        if ref and fleet_fraction:
+            low = sorted((d for d, v in per_dev.items() if v < fleet_fraction * ref),
+                         key=per_dev.get)
+            if low:
+                d = low[0]
+                return failed(CHECK, f"{d} {dtype} {per_dev[d]:.3g} TFLOPS < "
+                              f"{fleet_fraction:g} x fleet median {ref:.3g}", "reboot", **figures)
+    primary = runs[0].dtype
+    return passed(CHECK, f"{len({r.device for r in runs})} devices, {primary} min "
+                  f"{figures['min_tflops']:.3g} TFLOPS", **figures)
 
 
-def _dtype(torch, name: str):
+def burnin_figures(runs: list[DeviceRun], floors: dict[str, float],
+                   fleet: dict[str, float]) -> dict[str, Any]:
+    tflops: dict[str, dict[str, float]] = {}
+    for r in runs:
+        tflops.setdefault(r.dtype, {})[r.device] = round(r.tflops, 6)
+    medians = {dt: round(statistics.median(v.values()), 6) for dt, v in tflops.items() if v}
+    primary = runs[0].dtype if runs else ""
+    figs: dict[str, Any] = {
+        "devices": sorted({r.device for r in runs}),
+        "tflops": tflops,
+        "median_tflops": medians,
+        "min_tflops": round(min(tflops[primary].values()), 6) if primary else 0.0,
+        "floor": floors.get(primary) or "",
+        "gemms": sum(r.gemms for r in runs),
+    }
+    if fleet:
+        figs["fleet_median"] = {k: round(v, 6) for k, v in fleet.items()}
+    return figs
+
+
+def _dtypes(runs: list[DeviceRun]) -> list[str]:
+    seen: list[str] = []
+    for r in runs:
+        if r.dtype not in seen:
+            seen.append(r.dtype)
+    return seen
+
+
+# --- the fleet: other nodes' stored results ----------------------------------------------------
+def read_fleet(shared_dir: str, node: str, profile: str, per_node: int = 5,
+               ) -> dict[str, dict[str, float]]:
+    """{other node: {dtype: its median device TFLOPS}} from the latest passing burn-in with the
+    same profile in `<shared_dir>/<node>/results/*.json` (the layout of airlock/results.py)."""
+    if not shared_dir:
+        return {}
+    pattern = os.path.join(shared_dir.replace("{node}", "*"), "*", "results", "*.json")
+    by_node: dict[str, list[str]] = {}
+    for path in glob.glob(pattern):
+        other = os.path.basename(os.path.dirname(os.path.dirname(path)))
+        if other != node:
+            by_node.setdefault(other, []).append(path)
+    out: dict[str, dict[str, float]] = {}
+    for other, paths in by_node.items():
+        for path in sorted(paths, reverse=True)[:per_node]:  # run ids start with a timestamp
+            figs = _burnin_figures_of(path, profile)
+            if figs:
+                out[other] = figs
+                break
+    return out
+
+
+def _burnin_figures_of(path: str, profile: str) -> dict[str, float] | None:
+    try:
+        with open(path) as fh:
+            run = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    for rec in run.get("checks", []) if isinstance(run, dict) else []:
+        if not isinstance(rec, dict) or rec.get("check") != CHECK:
+            continue
+        figs = rec.get("figures") or {}
+        if rec.get("verdict") in ("pass", "warn") and figs.get("profile") == profile:
+            med = figs.get("median_tflops") or {}
+            return {k: float(v) for k, v in med.items() if isinstance(v, (int, float))}
+    return None
+
+
+# --- gathering: the GEMMs ---------------------------------------------------------------------
+def _torch_dtype(torch, name: str):
     return {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16,
             "bf16": torch.bfloat16}[name]
 
 
-def run_gemm(devices: list[str], dtype: str, size: int, iterations: int, faults: dict,
-             seed: int = 1234) -> list[DeviceRun]:
-    import torch
+def _int_view(torch, t):
+    return t.view(torch.int32 if t.element_size() == 4 else torch.int16)
 
-    torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"
-    gen = torch.Generator().manual_seed(seed)
-    a_host = torch.randn(size, size, generator=gen, dtype=torch.float32)
-    b_host = torch.randn(size, size, generator=gen, dtype=torch.float32)
-    ref = (a_host.double() @ b_host.double()).sum().item()
-    corrupt = device_arg(faults.get("gemm_corrupt"), 0)
-    slow = device_arg(faults.get("gemm_slow"), 0.3)
-    results = []
-    first = None
-    for i, dev in enumerate(devices):
-        tdev = "cpu" if dev.startswith("cpu") else dev
-        a = a_host.to(tdev, _dtype(torch, dtype))
-        b = b_host.to(tdev, _dtype(torch, dtype))
-        c = a @ b  # warm-up, and the result we verify
-        _sync(torch, tdev)
-        start = time.perf_counter()
-        for _ in range(iterations):
-            c = a @ b
-        _sync(torch, tdev)
-        elapsed = time.perf_counter() - start
-        if slow and slow[0] == i:
-            time.sleep(elapsed * (1 / slow[1] - 1))
-            elapsed /= slow[1]
-        if corrupt and corrupt[0] == i:
-            c = c.clone()
-            c.view(-1)[size + 1] += 1.0
-        out = c.float().cpu()
-        if first is None:
-            first = out
-        mismatches = int((out != first).sum().item())
-        checksum = out.double().sum().item()
-        scale = abs(a_host).sum().item() * abs(b_host).sum().item() / size
-        err = abs(checksum - ref) / max(scale, 1e-30)
-        tflops = 2 * size**3 * iterations / elapsed / 1e12
-        results.append(DeviceRun(dev, dtype, tflops, checksum, mismatches, err))
-    return results
+
+def fingerprint(torch, c) -> int:
+    """Exact, order-independent digest of a tensor's bits: the int64 sum of its words (any single
+    changed element changes it; integer addition has no rounding, so devices agree bit for bit)."""
+    return int(_int_view(torch, c).sum(dtype=torch.int64).item())
+
+
+@dataclass
+class Golden:
+    """float64 row and column sums of A@B for the inputs exactly as the device sees them."""
+
+    rows: Any
+    cols: Any
+    row_scale: Any
+    col_scale: Any
+
+    @classmethod
+    def compute(cls, torch, a, b) -> Golden:
+        a64, b64 = a.double(), b.double()
+        ones = torch.ones(a.shape[1], dtype=torch.float64)
+        rows = a64 @ (b64 @ ones)
+        cols = (ones @ a64) @ b64
+        row_scale = a64.abs() @ (b64.abs() @ ones)
+        col_scale = (ones @ a64.abs()) @ b64.abs()
+        return cls(rows, cols, row_scale.clamp_min(1e-300), col_scale.clamp_min(1e-300))
+
+    def to(self, dev) -> Golden:
+        return Golden(self.rows.to(dev), self.cols.to(dev), self.row_scale.to(dev),
+                      self.col_scale.to(dev))
+
+    def error(self, torch, c) -> tuple[float, tuple[int, int]]:
+        row_err = (c.sum(dim=1, dtype=torch.float64) - self.rows).abs() / self.row_scale
+        col_err = (c.sum(dim=0, dtype=torch.float64) - self.cols).abs() / self.col_scale
+        row_err = torch.nan_to_num(row_err, nan=float("inf"), posinf=float("inf"))
+        col_err = torch.nan_to_num(col_err, nan=float("inf"), posinf=float("inf"))
+        r = int(row_err.argmax().item())
+        k = int(col_err.argmax().item())
+        return float(max(row_err[r].item(), col_err[k].item())), (r, k)
 
 
 def _sync(torch, dev: str) -> None:
@@ -103,25 +290,258 @@ def _sync(torch, dev: str) -> None:
         torch.cuda.synchronize(dev)
 
 
-def local_devices(cpu_devices: int = 2) -> list[str]:
+def _tdev(dev: str) -> str:
+    return "cpu" if dev.startswith("cpu") else dev
+
+
+class _DeviceWorker(threading.Thread):
+    def __init__(self, torch, index: int, dev: str, model: str, dtype: str, a_host, b_host,
+                 golden: Golden, plan: Plan, faults: dict[str, str]):
+        super().__init__(name=f"burnin-{dev}", daemon=True)
+        self.torch, self.index, self.dev, self.model, self.dtype = torch, index, dev, model, dtype
+        self.a_host, self.b_host, self.golden, self.plan, self.faults = (a_host, b_host, golden,
+                                                                         plan, faults)
+        self.result: DeviceRun | None = None
+        self.c = None  # the final result, kept for an element-wise comparison on disagreement
+        self.heartbeat = time.monotonic()
+
+    def run(self) -> None:
+        try:
+            self.result = self._run()
+        except BaseException as exc:  # noqa: BLE001 - a device error is this device's verdict
+            what = "allocation failed" if _is_alloc_error(exc) else "error"
+            msg = f"{what}: {type(exc).__name__}: {exc}".splitlines()[0][:120]
+            self.result = DeviceRun(self.dev, self.model, self.dtype, error=msg)
+
+    def _run(self) -> DeviceRun:
+        torch, plan, n = self.torch, self.plan, self.plan.size
+        dev = _tdev(self.dev)
+        alloc = device_arg(self.faults.get("alloc_fail"), 0)
+        if alloc and alloc[0] == self.index:
+            raise MemoryError(f"injected alloc_fail on {self.dev}")
+        dt = _torch_dtype(torch, self.dtype)
+        a = self.a_host.to(dev, dt)
+        b = self.b_host.to(dev, dt)
+        c = torch.empty(n, n, dtype=dt, device=dev)
+        golden = self.golden.to(dev)
+        torch.matmul(a, b, out=c)  # warm-up: kernel selection, clocks
+        _sync(torch, dev)
+        first = fingerprint(torch, c)
+        slow = device_arg(self.faults.get("gemm_slow"), 0.3)
+        factor = slow[1] if slow and slow[0] == self.index else 1.0
+        flop = 2.0 * n**3
+        per_chunk = max(1, plan.iterations // CPU_CHUNKS) if not plan.duration else 1
+        chunks: list[float] = []
+        unstable = gemms = 0
+        spent = 0.0
+        started = time.monotonic()
+        while True:
+            t0 = time.perf_counter()
+            for _ in range(per_chunk):
+                torch.matmul(a, b, out=c)
+            _sync(torch, dev)
+            took = time.perf_counter() - t0
+            if factor < 1.0:  # gemm_slow: the device really does less work per second
+                time.sleep(took * (1 / factor - 1))
+                took = time.perf_counter() - t0
+            gemms += per_chunk
+            spent += took
+            chunks.append(flop * per_chunk / took / 1e12)
+            if fingerprint(torch, c) != first:
+                unstable += 1
+            self.heartbeat = time.monotonic()
+            if plan.duration:
+                if took < CHUNK_SECONDS / 2 and per_chunk < 1 << 16:
+                    per_chunk *= 2  # calibrate: a chunk of about CHUNK_SECONDS
+                if time.monotonic() - started >= plan.duration:
+                    break
+            elif gemms >= plan.iterations:
+                break
+        corrupt = device_arg(self.faults.get("gemm_corrupt"), 0)
+        if corrupt and corrupt[0] == self.index:
+            # gemm_corrupt: one element goes wrong, as a flipped exponent bit would make it
+            flat = c.view(-1)
+            flat[n + 1] = flat[n + 1] * 4096 + 64
+        fp = fingerprint(torch, c)
+        err, at = golden.error(torch, c)
+        self.c = c
+        speed = max(chunks) if plan.best else statistics.median(chunks)
+        return DeviceRun(self.dev, self.model, self.dtype, tflops=speed,
+                         sustained=flop * gemms / spent / 1e12, gemms=gemms, fingerprint=fp,
+                         golden_error=err, golden_at=at, unstable=unstable)
+
+
+def _is_alloc_error(exc: BaseException) -> bool:
+    return isinstance(exc, MemoryError) or "out of memory" in str(exc).lower()
+
+
+def _compare(torch, ref, other) -> tuple[int, tuple[int, int] | None]:
+    a = _int_view(torch, ref.cpu())
+    b = _int_view(torch, other.cpu())
+    diff = a != b
+    count = int(diff.sum().item())
+    if not count:
+        return 0, None
+    idx = int(diff.view(-1).nonzero()[0].item())
+    return count, divmod(idx, ref.shape[1])
+
+
+def run_dtype(torch, devices: list[tuple[str, str]], dtype: str, plan: Plan,
+              faults: dict[str, str], tick: Callable[[], None] | None = None,
+              seed: int = SEED) -> list[DeviceRun]:
+    """One dtype on every device at once; devices are (name, model)."""
+    gen = torch.Generator().manual_seed(seed)
+    n = plan.size
+    a_host = torch.randn(n, n, generator=gen, dtype=torch.float32).to(_torch_dtype(torch, dtype))
+    b_host = torch.randn(n, n, generator=gen, dtype=torch.float32).to(_torch_dtype(torch, dtype))
+    golden = Golden.compute(torch, a_host, b_host)  # once per dtype, shared by every device
+    if devices and devices[0][0].startswith("cuda"):
+        a_host, b_host = a_host.pin_memory(), b_host.pin_memory()
+    prev_tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"
+    workers = [_DeviceWorker(torch, i, dev, model, dtype, a_host, b_host, golden, plan, faults)
+               for i, (dev, model) in enumerate(devices)]
+    try:
+        for w in workers:
+            w.start()
+        _wait(workers, plan, tick)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = prev_tf32
+    runs = [w.result or DeviceRun(w.dev, w.model, dtype, error=_hung(w)) for w in workers]
+    return _cross_check(torch, runs, {w.dev: w.c for w in workers})
+
+
+def _wait(workers: list[_DeviceWorker], plan: Plan, tick: Callable[[], None] | None) -> None:
+    budget = (plan.duration or 0.0) + WATCHDOG_GRACE
+    while any(w.is_alive() for w in workers):
+        for w in workers:
+            w.join(0.2)
+        if tick:
+            tick()
+        now = time.monotonic()
+        stale = [w for w in workers if w.is_alive() and now - w.heartbeat > budget]
+        if stale:
+            return  # hung devices are reported by _hung; their threads are daemons
+
+
+def _hung(w: _DeviceWorker) -> str:
+    return f"hung: no progress for {time.monotonic() - w.heartbeat:.0f}s"
+
+
+def _cross_check(torch, runs: list[DeviceRun], results: dict[str, Any]) -> list[DeviceRun]:
+    """Fill in mismatches: devices of one model must agree bit for bit."""
+    by_model: dict[str, list[DeviceRun]] = {}
+    for r in runs:
+        if not r.error:
+            by_model.setdefault(r.model, []).append(r)
+    updates: dict[str, DeviceRun] = {}
+    for group in by_model.values():
+        if len(group) < 2:
+            continue
+        ref_fp, odd = majority({r.device: r.fingerprint for r in group})
+        if not odd:
+            continue
+        if ref_fp is None:
+            # No majority (two devices, say): the one within the golden tolerance is the
+            # reference; if none or both are, each is named against the first.
+            good = [r for r in group if r.golden_error <= TOLERANCE[r.dtype]]
+            ref = good[0] if len(good) == 1 else group[0]
+            odd = [r.device for r in group if r.device != ref.device]
+        else:
+            ref = next(r for r in group if r.fingerprint == ref_fp)
+        for r in group:
+            if r.device in odd:
+                count, first = _compare(torch, results[ref.device], results[r.device])
+                updates[r.device] = _replace(r, mismatches=count, first_mismatch=first)
+    return [updates.get(r.device, r) for r in runs]
+
+
+def _replace(run: DeviceRun, **changes: Any) -> DeviceRun:
+    from dataclasses import replace
+
+    return replace(run, **changes)
+
+
+# --- devices, progress, the check ---------------------------------------------------------------
+def local_devices(torch, cpu_devices: int) -> list[tuple[str, str]]:
+    if torch.cuda.is_available() and torch.cuda.device_count() > 0:
+        return [(f"cuda:{i}", torch.cuda.get_device_name(i))
+                for i in range(torch.cuda.device_count())]
+    return [(f"cpu{i}", "cpu") for i in range(cpu_devices)]
+
+
+def stderr_progress(info: dict[str, Any]) -> None:
+    sys.stderr.write(PROGRESS_MARK + CHECK + " " + json.dumps(info) + "\n")
+    sys.stderr.flush()
+
+
+@dataclass
+class _Clock:
+    total: float
+    progress: Progress | None
+    every: float = 5.0
+    started: float = field(default_factory=time.monotonic)
+    last: float = 0.0
+    phase: str = ""
+
+    def tick(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if self.progress is None or (not force and now - self.last < self.every):
+            return
+        self.last = now
+        elapsed = now - self.started
+        self.progress({"elapsed": round(elapsed, 1),
+                       "remaining": round(max(self.total - elapsed, 0.0), 1),
+                       "phase": self.phase})
+
+
+def make_plan(cfg, on_gpu: bool, level: str, cpu_count: int, devices: int) -> Plan:
+    deep = level == "deep"
+    if on_gpu:
+        return Plan(size=cfg.size or GPU_SIZE, dtypes=list(cfg.dtypes),
+                    duration=cfg.deep_duration if deep else cfg.duration)
+    iterations = cfg.cpu_iterations * (2 if deep else 1)
+    # Each virtual device gets its share of the cores; equal shares keep the kernels (and so
+    # the result bits) the same on every virtual device.
+    return Plan(size=cfg.cpu_size, dtypes=list(cfg.dtypes), iterations=iterations,
+                cpu_threads=max(1, cpu_count // max(devices, 1)), best=True)
+
+
+def run_burnin(torch, devices: list[tuple[str, str]], plan: Plan, faults: dict[str, str],
+               progress: Progress | None = None) -> list[DeviceRun]:
+    if not devices[0][0].startswith("cuda"):
+        torch.set_num_threads(plan.cpu_threads)
+    total = plan.duration * len(plan.dtypes)
+    clock = _Clock(total=total, progress=progress if plan.duration else None)
+    runs: list[DeviceRun] = []
+    for dtype in plan.dtypes:
+        clock.phase = dtype
+        clock.tick(force=True)
+        runs.extend(run_dtype(torch, devices, dtype, plan, faults, clock.tick))
+    return runs
+
+
+def check_burnin(ctx, progress: Progress | None = None) -> Outcome:
     import torch
 
-    if torch.cuda.is_available():
-        return [f"cuda:{i}" for i in range(torch.cuda.device_count())]
-    return [f"cpu{i}" for i in range(cpu_devices)]
+    from airlock import sku
 
-
-def check_burnin(ctx) -> Outcome:
     cfg = ctx.cfg.burnin
-    devices = local_devices()
-    on_gpu = devices[0].startswith("cuda")
-    size = cfg.size or (8192 if on_gpu else cfg.cpu_size)
-    iterations = 50 if on_gpu else cfg.cpu_iterations
-    runs: list[DeviceRun] = []
-    for dtype in cfg.dtypes:
-        runs.extend(run_gemm(devices, dtype, size, iterations, ctx.faults))
-    floor = 0.0
-    profile = ctx.profile if on_gpu else None
-    if profile is not None:
-        floor = float(profile.get("tflops_floor", {}).get(cfg.dtypes[0], 0.0))
-    return verdict_burnin(runs, floor)
+    devices = local_devices(torch, cfg.cpu_devices)
+    on_gpu = devices[0][0].startswith("cuda")
+    plan = make_plan(cfg, on_gpu, ctx.level, os.cpu_count() or 1, len(devices))
+    profile = ctx.profile if on_gpu else sku.named("cpu", ctx.cfg.profile.dirs)
+    floors = {k: float(v) for k, v in (profile.get("tflops_floor") or {}).items()}
+    fleet: dict[str, float] = {}
+    if on_gpu or cfg.fleet_cpu:
+        others = read_fleet(ctx.cfg.shared_dir, ctx.node, profile.name)
+        for dtype in plan.dtypes:
+            ref = fleet_reference(others, dtype, cfg.fleet_min_nodes)
+            if ref:
+                fleet[dtype] = ref
+    runs = run_burnin(torch, devices, plan, ctx.faults, progress or stderr_progress)
+    out = verdict_burnin(runs, floors, cfg.straggler_fraction, fleet, cfg.fleet_fraction)
+    out.figures.update(profile=profile.name, size=plan.size, model=devices[0][1],
+                       mode=f"{plan.duration:g}s per dtype" if plan.duration
+                       else f"{plan.iterations} GEMMs per dtype")
+    return out

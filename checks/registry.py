@@ -45,6 +45,10 @@ CHECKS: tuple[CheckSpec, ...] = (
     CheckSpec("memory", ALL, "airlock.checks.system:check_memory", timeout=5),
     CheckSpec("burnin", HEAVY, "airlock.checks.burnin:check_burnin", isolated=True,
               timeout_key="burnin.timeout"),
+    CheckSpec("memtest", HEAVY, "airlock.checks.memtest:check_memtest", isolated=True,
+              timeout_key="memtest.timeout"),
+    CheckSpec("allreduce", HEAVY, "airlock.checks.allreduce:check_allreduce", isolated=True,
+              timeout_key="allreduce.check_timeout"),
 )
 
 

@@ -1,0 +1,183 @@
+"""Intra-node all-reduce: one process per local GPU (NCCL), or [allreduce] cpu_ranks processes on
+the CPU (gloo), through airlock/dist.py, which the group check also runs across nodes.
+
+The verdict, in order: a hung collective (`timeout`, naming the ranks that fell behind), a rank
+that died, a rank that sent wrong data, a wrong sum (ranks, size, element, expected, got), a rank
+that straggles (it spends most of each all-reduce outside it, while the others wait inside), and
+busbw at the largest message size below the profile's busbw_floor_gbps.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from airlock.checks.base import Outcome, failed, passed, skipped
+
+CHECK = "allreduce"
+KIB = 1024
+
+
+@dataclass
+class AllreduceSection:
+    """[allreduce]: see airlock/checks/allreduce.py and airlock/dist.py."""
+
+    # GPU message sizes, KiB: 1 MiB to 1 GiB (busbw is judged at the largest).
+    sizes_kib: list[int] = field(default_factory=lambda: [1024, 16384, 262144, 1048576])
+    iters: int = 20
+    warmup: int = 5
+    deep_iters: int = 100  # level deep: more iterations per size
+    dtype: str = "fp32"  # sums stay exact in fp32 up to 2^24 / 7 ranks
+    backend: str = "auto"  # nccl when every local rank has a GPU, else gloo
+    cpu_ranks: int = 2  # no GPU: this many gloo processes share the CPU
+    cpu_sizes_kib: list[int] = field(default_factory=lambda: [64, 1024, 4096])
+    cpu_iters: int = 10
+    cpu_warmup: int = 2
+    # A rank whose median time outside each all-reduce exceeds this share of the collective's
+    # time straggles (a healthy rank spends microseconds there).
+    straggler_fraction: float = 0.5
+    timeout: float = 120.0  # hard limit on the collectives; past it: FAIL allreduce timeout
+
+    @property
+    def check_timeout(self) -> float:
+        # The process start and torch import come on top of the collectives' own limit, so the
+        # sweep's timeout (which names the stuck ranks) fires before the runner's.
+        return self.timeout + 30.0
+
+    def validate(self) -> None:
+        for key in ("sizes_kib", "cpu_sizes_kib"):
+            sizes = getattr(self, key)
+            if not sizes or any(s <= 0 for s in sizes):
+                raise ValueError(f"{key}: need at least one positive size")
+        for key in ("iters", "deep_iters", "cpu_iters", "cpu_ranks"):
+            if getattr(self, key) <= 0:
+                raise ValueError(f"{key}: must be > 0, got {getattr(self, key)}")
+        if self.warmup < 0 or self.cpu_warmup < 0:
+            raise ValueError("warmup/cpu_warmup: must be >= 0")
+        if self.dtype not in ("fp32", "fp16", "bf16"):
+            raise ValueError(f"dtype: must be one of fp32, fp16, bf16, got {self.dtype!r}")
+        if self.backend not in ("auto", "nccl", "gloo"):
+            raise ValueError(f"backend: must be one of auto, nccl, gloo, got {self.backend!r}")
+        if not 0 < self.straggler_fraction <= 1:
+            raise ValueError(f"straggler_fraction: must be in (0, 1], got "
+                             f"{self.straggler_fraction}")
+        if not self.timeout > 0:
+            raise ValueError(f"timeout: must be > 0, got {self.timeout}")
+
+
+def params_for(cfg: AllreduceSection, on_gpu: bool, level: str):
+    from airlock.dist import SweepParams
+
+    if on_gpu:
+        iters = cfg.deep_iters if level == "deep" else cfg.iters
+        return SweepParams([s * KIB for s in cfg.sizes_kib], iters, cfg.warmup, cfg.dtype,
+                           cfg.backend, cfg.timeout)
+    iters = cfg.cpu_iters * (2 if level == "deep" else 1)
+    return SweepParams([s * KIB for s in cfg.cpu_sizes_kib], iters, cfg.cpu_warmup, cfg.dtype,
+                       cfg.backend, cfg.timeout)
+
+
+def _size(nbytes: int) -> str:
+    from airlock.dist import human_bytes
+
+    return human_bytes(nbytes)
+
+
+def allreduce_figures(sw, floor: float) -> dict[str, Any]:
+    figs: dict[str, Any] = {
+        "world_size": sw.world_size,
+        "sweep": [{"bytes": s.bytes, "time_us": round(s.time_s * 1e6, 1),
+                   "algbw_gbps": round(s.algbw_gbps, 4), "busbw_gbps": round(s.busbw_gbps, 4)}
+                  for s in sw.sizes],
+        "floor": floor or "",
+    }
+    if sw.sizes:
+        figs["busbw_gbps"] = round(sw.sizes[-1].busbw_gbps, 4)
+        figs["algbw_gbps"] = round(sw.sizes[-1].algbw_gbps, 4)
+    if sw.own_fraction:
+        figs["outside_fraction"] = {str(r): round(f, 4) for r, f in sw.own_fraction.items()}
+    if sw.progress:
+        figs["progress"] = {str(r): f"{s}|{label}" for r, (s, label) in sw.progress.items()}
+    if sw.nodes and len(set(sw.nodes.values())) > 1:
+        figs["nodes"] = {str(r): n for r, n in sw.nodes.items()}
+    return figs
+
+
+def stragglers(own_fraction: dict[int, float], fraction: float) -> list[int]:
+    """Ranks outside the collective for more than `fraction` of it, while the other ranks'
+    median is well below (if everyone is, the node is just slow and busbw says so)."""
+    out = []
+    for r, f in own_fraction.items():
+        others = [v for k, v in own_fraction.items() if k != r]
+        if others and f > fraction and statistics.median(others) < fraction / 2:
+            out.append(r)
+    return sorted(out, key=lambda r: -own_fraction[r])
+
+
+def verdict_allreduce(sw, floor_gbps: float = 0.0, straggler_fraction: float = 0.5) -> Outcome:
+    """Judge a dist.Sweep (one node or many)."""
+    figs = allreduce_figures(sw, floor_gbps)
+    if sw.timed_out:
+        lag = sw.laggards
+        if lag:
+            step_label = sw.progress[lag[0]][1]
+            who = f" ({', '.join(sw.where(r) for r in lag)} stuck at {step_label})"
+        elif sw.progress:
+            labels = sorted({label for _s, label in sw.progress.values()})
+            who = f" (all ranks stuck at {', '.join(labels)})"
+        else:
+            who = ""
+        extra = f"; left running: {sw.leftover}" if sw.leftover else ""
+        return failed(CHECK, f"timeout after {sw.timeout:g}s{who}{extra}", "reboot", **figs)
+    if sw.leftover:
+        return failed(CHECK, f"processes left running after the run: {sw.leftover}", "reboot",
+                      **figs)
+    if sw.errors:
+        rank = min(sw.errors)
+        return failed(CHECK, f"{sw.where(rank)} error: {sw.errors[rank]}"[:160], "reboot",
+                      **figs)
+    if sw.missing:
+        return failed(CHECK, f"no report from {', '.join(sw.where(r) for r in sw.missing)}",
+                      "reboot", **figs)
+    if sw.sent_bad:
+        e = sw.sent_bad[0]
+        return failed(CHECK, f"{sw.where(e['rank'])} sent wrong data at {_size(e['bytes'])} "
+                      f"({e['count']} elements, first {e['first']})", "replace", **figs)
+    if sw.wrong_sum:
+        e = sw.wrong_sum[0]
+        ranks = sorted({w["rank"] for w in sw.wrong_sum if w["bytes"] == e["bytes"]})
+        return failed(CHECK, f"wrong sum on ranks {','.join(map(str, ranks))} at "
+                      f"{_size(e['bytes'])}: element {e['first']} expected {e['expected']:g} "
+                      f"got {e['got']:g}", "replace", **figs)
+    if sw.world_size < 2 or not sw.sizes:
+        return failed(CHECK, "no measurement", **figs)
+    slow = stragglers(sw.own_fraction, straggler_fraction)
+    if slow:
+        r = slow[0]
+        return failed(CHECK, f"{sw.where(r)} straggling: {sw.own_fraction[r]:.0%} of each "
+                      f"all-reduce spent outside it", "reboot", **figs)
+    last = sw.sizes[-1]
+    if floor_gbps and last.busbw_gbps < floor_gbps:
+        return failed(CHECK, f"busbw {last.busbw_gbps:.3g} GB/s < floor {floor_gbps:g} at "
+                      f"{_size(last.bytes)}", "reboot", **figs)
+    return passed(CHECK, f"busbw {last.busbw_gbps:.3g} GB/s at {_size(last.bytes)}, "
+                  f"{sw.world_size} ranks", **figs)
+
+
+def check_allreduce(ctx) -> Outcome:
+    from airlock import dist, sku
+
+    cfg: AllreduceSection = ctx.cfg.allreduce
+    gpus = dist.local_gpu_count()
+    ranks = gpus or cfg.cpu_ranks
+    if ranks < 2:
+        return skipped(CHECK, "one device: nothing to all-reduce within the node")
+    params = params_for(cfg, on_gpu=bool(gpus), level=ctx.level)
+    report = dist.run_local(ranks, params, ctx.faults, node=ctx.node)
+    sweep = dist.combine([report])
+    profile = ctx.profile if gpus else sku.named("cpu", ctx.cfg.profile.dirs)
+    floor = float(profile.get("busbw_floor_gbps") or 0.0)
+    out = verdict_allreduce(sweep, floor, cfg.straggler_fraction)
+    out.figures.update(backend=report["backend"], profile=profile.name)
+    return out
