@@ -1,0 +1,305 @@
+"""The pure recovery state machine, its rails and breaker, the policy file and the config."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as hs
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+from airlock import config
+from airlock.errors import ConfigError
+from airlock.recovery import machine as m
+from airlock.recovery import policy as pol
+from airlock.recovery.settings import RecoverySection
+
+POLICY = pol.load()
+FAIL = "airlock: FAIL gpu_count 7 GPUs, profile h100 expects 8"
+
+
+def limits(**kw) -> RecoverySection:
+    base = dict(detect_grace=10, cooldown=60, max_actions_per_hour=3, rate_window=3600,
+                max_in_flight=2, breaker_window=300, breaker_share=0.5, breaker_min_nodes=3,
+                breaker_same_check=3, reboot_timeout=600, replace_timeout=900,
+                verdict_timeout=900, refail_window=3600)
+    base.update(kw)
+    return RecoverySection(**base)
+
+
+def obs(name="n1", reason=FAIL, drained=True, busy=False, boot="B0", flags=()):
+    return m.Obs(name, reason, drained, busy, boot, frozenset(flags), "IDLE")
+
+
+def walk(case, o, now, lim=None):
+    return m.plan(case, o, now, POLICY, lim or limits())
+
+
+# --- plan ----------------------------------------------------------------------------------
+def test_full_ladder_reboot_then_replace_then_healthy_then_done():
+    lim = limits()
+    s = walk(None, obs(), 0)
+    assert s.new and s.case.state == m.DETECTED and s.case.ladder == ("reboot", "replace")
+    assert walk(s.case, obs(), 5).want is None  # detect_grace
+    assert walk(s.case, obs(), 11).want == "reboot"
+    req = s.case.to(m.REBOOT_REQUESTED, 11, action="reboot", boot_before="B0")
+    assert walk(req, obs(flags=["REBOOT_ISSUED"]), 20).case.state == m.REBOOT_REQUESTED
+    booted = walk(req, obs(reason="airlock: pending standard check boot", boot="B1"), 30).case
+    assert booted.state == m.REBOOTED
+    assert walk(booted, obs(reason="airlock: checking standard", boot="B1"), 40).case is booted
+    esc = walk(booted, obs(boot="B1"), 50)
+    assert esc.case.state == m.DETECTED and esc.case.step == 1 and esc.case.next_action == "replace"
+    assert walk(esc.case, obs(boot="B1"), 51).want == "replace"  # no grace on escalation
+    rq = esc.case.to(m.REPLACE_REQUESTED, 51, action="replace", boot_before="B1")
+    rep = walk(rq, obs(reason="airlock: pending standard check new", boot="B2"), 80).case
+    assert rep.state == m.REPLACED
+    ok = walk(rep, obs(reason="", drained=False, boot="B2"), 90).case
+    assert ok.state == m.HEALTHY
+    assert walk(ok, obs(reason="", drained=False, boot="B2"), 90 + lim.refail_window + 1
+                ).case.state == m.DONE
+
+
+def test_never_acts_on_busy_node_or_foreign_drain():
+    case = walk(None, obs(), 0).case
+    assert walk(case, obs(busy=True), 100).want is None
+    gone = walk(case, obs(reason="admin: bad fan"), 100)
+    assert gone.case.state == m.RELEASED and gone.want is None
+    assert walk(None, obs(reason="Prolog error"), 0).case is None  # never opens a case
+    assert walk(None, obs(reason="airlock: pending standard check"), 0).case is None
+
+
+def test_timeouts_escalate_and_exhaust_to_manual():
+    lim = limits()
+    case = walk(None, obs(), 0).case
+    req = case.to(m.REBOOT_REQUESTED, 10, action="reboot", boot_before="B0")
+    s = walk(req, obs(), 10 + lim.reboot_timeout + 1)
+    assert s.case.state == m.DETECTED and s.case.next_action == "replace"
+    rq = s.case.to(m.REPLACE_REQUESTED, 700, action="replace", boot_before="B0")
+    s = walk(rq, obs(), 700 + lim.replace_timeout + 1)
+    assert s.case.state == m.MANUAL
+    assert walk(s.case, obs(), 5000).case.state == m.MANUAL  # stays until a person acts
+    assert walk(s.case, obs(reason="", drained=False), 5001).case.state == m.RELEASED
+
+
+def test_classes_pick_the_ladder():
+    xid = walk(None, obs(reason="airlock: FAIL xid XID 79 on gpu3"), 0).case
+    assert xid.failure_class == "fatal-xid" and xid.ladder == ("replace",)
+    remap = walk(None, obs(reason="airlock: FAIL nvml gpu2 row remap pending"), 0).case
+    assert remap.ladder == ("reboot",)
+    env = walk(None, obs(reason="airlock: FAIL mounts /shared missing"), 0).case
+    s = walk(env, obs(reason="airlock: FAIL mounts /shared missing"), 100)
+    assert s.case.state == m.MANUAL and s.want is None
+
+
+# --- rails and breaker ---------------------------------------------------------------------
+def test_breaker_share_and_same_check():
+    lim = limits(breaker_share=0.5, breaker_min_nodes=2, breaker_same_check=3)
+    dets = [("a", "x", 0), ("b", "y", 1)]
+    assert m.breaker_trip(dets, 10, 2, lim) is None
+    assert "of 4 nodes" in m.breaker_trip(dets, 4, 2, lim)
+    same = [(f"n{i}", "nccl", i) for i in range(3)]
+    assert "failed nccl" in m.breaker_trip(same, 100, 3, lim)
+    assert m.breaker_trip(same, 100, 1000, lim) is None  # outside the window
+
+
+def second_poll(nodes, lim, ledger=None):
+    """Cases open on the first poll; actions can start from the second."""
+    first = m.decide({}, nodes, 100, POLICY, lim, m.Ledger())
+    ledger = ledger or m.Ledger(detections=first.detections)
+    if first.trip:
+        ledger.breaker_open, ledger.breaker_why = True, first.trip
+    return first, m.decide(first.cases, nodes, 101, POLICY, lim, ledger)
+
+
+def test_decide_trips_breaker_before_any_action():
+    lim = limits(detect_grace=0)
+    first, d = second_poll([obs(f"n{i}") for i in range(4)], lim)
+    assert first.trip and not first.starts
+    assert not d.starts and len(d.held) == 4
+    assert all("circuit breaker" in why for _n, _a, why in d.held)
+
+
+def test_decide_rate_limit_in_flight_and_cooldown():
+    lim = limits(detect_grace=0, breaker_min_nodes=50, breaker_same_check=50,
+                 max_actions_per_hour=2, max_in_flight=5)
+    nodes = [obs(f"n{i}") for i in range(4)]
+    _, d = second_poll(nodes, lim)
+    assert len(d.starts) == 2 and all("rate limit" in w for _n, _a, w in d.held)
+    lim = limits(detect_grace=0, breaker_min_nodes=50, breaker_same_check=50,
+                 max_actions_per_hour=10, max_in_flight=1)
+    _, d = second_poll(nodes, lim)
+    assert len(d.starts) == 1 and all("in flight" in w for _n, _a, w in d.held)
+    lim = limits(detect_grace=0, breaker_min_nodes=50, breaker_same_check=50)
+    _, d = second_poll([obs("n1")], lim, m.Ledger(last_action={"n1": 90}))
+    assert not d.starts and "cooldown" in d.held[0][2]
+
+
+# --- policy and config ---------------------------------------------------------------------
+@pytest.mark.parametrize("text, message", [
+    ("[[class]]\nname='a'\nladder=['explode']\n", "ladder must be a list"),
+    ("[[class]]\nname='a'\ndetail='('\nladder=[]\n", "bad detail regex"),
+    ("[[class]]\nname='a'\nchecks=['x']\nladder=[]\n", "last class must match everything"),
+    ("[[class]]\nname='a'\nladder=[]\nextra=1\n", "unknown key 'extra'"),
+    ("version = 2\n[[class]]\nname='a'\nladder=[]\n", "version 2 unsupported"),
+    ("[[class]\n", "invalid TOML"),
+    ("", "at least one [[class]]"),
+])
+def test_policy_errors_are_one_clear_line(text, message):
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[")):
+        pol.parse(text, "site.toml")
+
+
+def test_policy_file_missing(tmp_path):
+    with pytest.raises(ConfigError, match="No such file"):
+        pol.load(str(tmp_path / "nope.toml"))
+
+
+@pytest.mark.parametrize("section, message", [
+    ({"provider": "gcp"}, "provider: must be one of"),
+    ({"provider": "http"}, "needs \\[recovery.http\\] url"),
+    ({"provider": "http", "http": {"url": "ftp://x"}}, "must be an http"),
+    ({"max_in_flight": 0}, "max_in_flight: must be >= 1"),
+    ({"breaker_share": 1.5}, "breaker_share"),
+    ({"reboot_via": "provider", "provider": "slurm-power"}, "needs a provider that reboots"),
+    ({"http": {"tokn_file": "x"}}, "unknown key 'tokn_file'"),
+    ({"poll_interval": "fast"}, "expected a number"),
+])
+def test_recovery_config_errors(section, message):
+    with pytest.raises(ConfigError, match=message):
+        config.from_dict({"recovery": section}).section("recovery")
+
+
+def test_recovery_config_nested_tables():
+    cfg = config.from_dict({"recovery": {"provider": "aws-hyperpod", "aws_hyperpod": {
+        "cluster": "ml", "node_ids": {"ip-10-0-0-1": "i-0123456789abcdef0"}}}})
+    assert cfg.recovery.aws_hyperpod.node_ids["ip-10-0-0-1"].startswith("i-")
+
+
+# --- property-based: random event sequences against decide + rails -------------------------
+NODES = [f"n{i}" for i in range(5)]
+
+
+class RecoveryWorld(RuleBasedStateMachine):
+    """A fleet whose nodes fail, reboot, get replaced and pass or fail, in any order, with the
+    clock jumping; `decide` runs on every poll. The world plays Slurm and the provider."""
+
+    def __init__(self):
+        super().__init__()
+        self.lim = limits(detect_grace=5, cooldown=60, max_actions_per_hour=3, rate_window=600,
+                          max_in_flight=2, breaker_min_nodes=4, breaker_same_check=4,
+                          breaker_share=0.9, breaker_window=60, reboot_timeout=120,
+                          replace_timeout=200, verdict_timeout=150, refail_window=300)
+        self.now = 1000.0
+        self.nodes = {n: {"reason": "", "drained": False, "busy": False, "boot": 0}
+                      for n in NODES}
+        self.cases: dict[str, m.Case] = {}
+        self.starts: list[tuple[float, str, str]] = []
+        self.detections: list[tuple[str, str, float]] = []
+        self.breaker = ""
+        self.pending: dict[str, str] = {}  # node -> action the provider is carrying out
+
+    def ledger(self) -> m.Ledger:
+        times = [t for t, _n, _a in self.starts if self.now - t < self.lim.rate_window]
+        last: dict[str, float] = {}
+        for t, n, _a in self.starts:
+            last[n] = max(last.get(n, 0), t)
+        return m.Ledger(times, last, list(self.detections), bool(self.breaker), self.breaker)
+
+    @rule(node=hs.sampled_from(NODES), check=hs.sampled_from(["gpu_count", "burnin", "xid"]))
+    def fail(self, node, check):
+        n = self.nodes[node]
+        if n["reason"] and not n["reason"].startswith("airlock:"):
+            return
+        n.update(reason=f"airlock: FAIL {check} broken", drained=True)
+
+    @rule(node=hs.sampled_from(NODES), drain=hs.booleans())
+    def admin(self, node, drain):
+        if drain:
+            self.nodes[node].update(reason="admin: maintenance", drained=True)
+        else:
+            self.nodes[node].update(reason="", drained=False)
+
+    @rule(node=hs.sampled_from(NODES), busy=hs.sampled_from([False, False, True]))
+    def jobs(self, node, busy):
+        self.nodes[node]["busy"] = busy
+
+    @rule(node=hs.sampled_from(NODES), passes=hs.booleans())
+    def provider_finishes(self, node, passes):
+        if node not in self.pending:
+            return
+        del self.pending[node]
+        n = self.nodes[node]
+        n["boot"] += 1
+        n.update(reason="" if passes else "airlock: FAIL gpu_count still broken",
+                 drained=not passes)
+
+    @rule(seconds=hs.sampled_from([0.5, 3, 10, 40, 130, 400, 700]))
+    def tick(self, seconds):
+        self.now += seconds
+
+    @rule(seconds=hs.sampled_from([1, 6, 20, 35, 90]))
+    def tick_and_poll(self, seconds):
+        self.now += seconds
+        self.poll()
+
+    @rule(node=hs.sampled_from(NODES), passes=hs.booleans())
+    def finish_and_poll(self, node, passes):
+        self.provider_finishes(node, passes)
+        self.tick_and_poll(31)
+
+    @rule()
+    def reset_breaker(self):
+        self.breaker = ""
+        self.detections = []
+
+    @rule()
+    def poll(self):
+        observations = [m.Obs(name, n["reason"], n["drained"], n["busy"], f"B{n['boot']}",
+                              frozenset(), "IDLE") for name, n in self.nodes.items()]
+        before = dict(self.cases)
+        ledger = self.ledger()
+        d = m.decide(self.cases, observations, self.now, POLICY, self.lim, ledger)
+        self.detections += d.detections
+        if d.trip:
+            self.breaker = d.trip
+        if ledger.breaker_open or d.trip:
+            assert not d.starts, "an action started while the breaker was open"
+        for node, action in d.starts:
+            assert before.get(node) is None or before[node].state not in m.AWAITING_BOOT, \
+                "second action in flight for one node"
+            assert node not in self.pending
+            n = self.nodes[node]
+            assert not n["busy"] and n["drained"] and n["reason"].startswith("airlock:")
+            self.starts.append((self.now, node, action))
+            self.pending[node] = action
+            n["reason"] = f"airlock: recover {action} x"
+        self.cases = d.cases
+        for node, c in self.cases.items():  # the world drops requests that were given up on
+            if c.state not in m.AWAITING_BOOT:
+                self.pending.pop(node, None)
+
+    @invariant()
+    def at_most_one_action_in_flight_per_node(self):
+        flying = [n for n, c in self.cases.items() if c.state in m.AWAITING_BOOT]
+        assert set(self.pending) <= set(flying)
+
+    @invariant()
+    def rate_limit_never_exceeded(self):
+        times = sorted(t for t, _n, _a in self.starts)
+        for i, t in enumerate(times):
+            inside = [u for u in times[i:] if u - t < self.lim.rate_window]
+            assert len(inside) <= self.lim.max_actions_per_hour
+
+    @invariant()
+    def in_flight_bounded_and_cooldown_respected(self):
+        flying = [c for c in self.cases.values() if c.state in m.IN_FLIGHT]
+        assert len(flying) <= self.lim.max_in_flight
+        per: dict[str, float] = {}
+        for t, n, _a in self.starts:
+            if n in per:
+                assert t - per[n] >= self.lim.cooldown
+            per[n] = t
+
+
+RecoveryWorld.TestCase.settings = settings(max_examples=100, stateful_step_count=80,
+                                           deadline=None)
+TestRecoveryWorld = RecoveryWorld.TestCase
