@@ -43,10 +43,17 @@ class RegistrationSection:
     suite_timeout: float = 1800.0  # hard limit on the whole detached suite, seconds
     # Tolerance when comparing boot times (now - uptime drifts by clock adjustments).
     boot_tolerance: float = 10.0
+    # Nodes whose local suites pass within this many seconds of each other run a multi-node
+    # all-reduce together (coordinated through shared_dir). 0 = off.
+    group_window: float = 0.0
+    group_timeout: float = 120.0  # one batch all-reduce round, seconds
 
     def validate(self) -> None:
         _choice(self.level, LEVELS, "level")
         _positive(self.suite_timeout, "suite_timeout")
+        _positive(self.group_timeout, "group_timeout")
+        if self.group_window < 0:
+            raise ValueError("group_window: must be >= 0 (0 = off)")
 
 
 @dataclass
@@ -93,7 +100,9 @@ class BurninSection:
     cpu_devices: int = 2  # no GPU: this many "virtual devices" (threads) share the CPU
     cpu_size: int = 128  # no GPU: a fixed small amount, so tests and CPU nodes stay quick
     cpu_iterations: int = 16  # no GPU: GEMMs per dtype per device (doubled at level deep)
-    straggler_fraction: float = 0.85  # a device below this share of the node median fails
+    straggler_fraction: float = 0.85  # a device below this share of the others' median fails
+    # CPU "devices" share cores (and SMT siblings) with everything else: +-30 % is noise there.
+    cpu_straggler_fraction: float = 0.5
     fleet_fraction: float = 0.85  # ... and below this share of the fleet median for the SKU
     fleet_min_nodes: int = 3  # other nodes with history needed before the fleet is consulted
     # CPU "devices" share cores with whatever else runs, so their speed says little about the
@@ -120,7 +129,7 @@ class BurninSection:
         for key in ("cpu_devices", "cpu_size", "cpu_iterations", "fleet_min_nodes"):
             if getattr(self, key) <= 0:
                 raise ValueError(f"{key}: must be > 0, got {getattr(self, key)}")
-        for key in ("straggler_fraction", "fleet_fraction"):
+        for key in ("straggler_fraction", "cpu_straggler_fraction", "fleet_fraction"):
             if not 0 <= getattr(self, key) <= 1:
                 raise ValueError(f"{key}: must be between 0 and 1, got {getattr(self, key)}")
 

@@ -24,7 +24,10 @@ class Search:
 
 
 def find_culprits(suspects: Sequence[str], test: GroupTest,
-                  known_good: Sequence[str] = (), max_tests: int = 64) -> Search:
+                  known_good: Sequence[str] = (), max_tests: int = 64,
+                  confirm: int = 1) -> Search:
+    """confirm: re-runs of a failing pairing before its suspect is blamed (a loaded network or
+    a slow rendezvous must not get a healthy node drained)."""
     s = Search(good=list(known_good))
 
     def run(nodes: list[str]) -> bool:
@@ -34,6 +37,16 @@ def find_culprits(suspects: Sequence[str], test: GroupTest,
 
     def reference() -> str | None:
         return s.good[0] if s.good else None
+
+    def blame(node: str, ref: str) -> None:
+        for _ in range(1 + confirm):
+            if run([node, ref]):
+                s.good.append(node)
+                return
+            if len(s.tests) >= max_tests:
+                s.inconclusive.append(node)
+                return
+        s.bad.append(node)
 
     pending = [list(suspects)]
     while pending:
@@ -50,7 +63,7 @@ def find_culprits(suspects: Sequence[str], test: GroupTest,
                 else:
                     s.inconclusive.extend(part)
                 continue
-            (s.good if run([part[0], ref]) else s.bad).append(part[0])
+            blame(part[0], ref)
             continue
         if run(part):
             s.good.extend(part)
@@ -75,5 +88,5 @@ def find_culprits(suspects: Sequence[str], test: GroupTest,
         if ref is None or len(s.tests) >= max_tests:
             s.inconclusive.append(node)
         else:
-            (s.good if run([node, ref]) else s.bad).append(node)
+            blame(node, ref)
     return s

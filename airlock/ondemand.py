@@ -40,6 +40,7 @@ from airlock.slurm import Node, Slurm, collect
 NODE_MARK = "AIRLOCK-NODE "
 GROUP_MARK = "AIRLOCK-GROUP "
 EXIT_PASS, EXIT_FAIL, EXIT_PARTIAL = 0, 1, 3
+GROUP_CHECK = "group_allreduce"  # --only name of the multi-node test
 
 
 @dataclass
@@ -267,8 +268,10 @@ def run_group(cfg, nodes_expr: str | None = None, partition: str | None = None,
             return _finish(targets, started, level, as_json)
         res.shrink(ready)
         launcher = Launcher(cfg, slurm, oc.reservation)
-        passed = _local_level(cfg, launcher, targets, ready, level, only, echo)
-        if oc.group and len(passed) >= 2 and not only:
+        local_only = [o for o in only or [] if o != GROUP_CHECK]
+        passed = _local_level(cfg, launcher, targets, ready, level, local_only, echo)
+        want_group = not only or GROUP_CHECK in only
+        if oc.group and want_group and len(passed) >= 2:
             _group(cfg, launcher, targets, passed, level, echo)
         _apply(slurm, targets, echo)
     finally:
@@ -332,12 +335,13 @@ def _group(cfg, launcher: Launcher, targets: dict[str, Target], passed: list[str
         return
     echo(f"airlock: group test failed ({tester.runs[-1]['detail']}); looking for the culprit")
     first = tester.runs[-1]
-    search = find_culprits(passed, tester, max_tests=cfg.ondemand.max_group_tests)
+    search = find_culprits(passed, tester, max_tests=cfg.ondemand.max_group_tests,
+                           confirm=cfg.checks.confirm_runs)
     for n in search.good:
         targets[n].group = "pass"
     for n in search.bad:
         t = targets[n]
-        t.group, t.status, t.failed_check = "fail", "fail", "group_allreduce"
+        t.group, t.status, t.failed_check = "fail", "fail", GROUP_CHECK
         pair = next((r for r in reversed(tester.runs) if n in r["nodes"] and not r["ok"]), first)
         t.detail = f"{pair['detail'] or 'failed'} (isolated in {len(tester.runs)} tests)"
     for n in search.inconclusive:

@@ -28,7 +28,7 @@ from typing import Any
 from airlock import config as config_mod
 from airlock import reasons
 from airlock.checks import registry
-from airlock.checks.base import Outcome, Verdict, failed, warned, worst
+from airlock.checks.base import Outcome, Verdict, failed, passed, warned, worst
 from airlock.checks.context import Context
 from airlock.errors import AirlockError
 from airlock.results import Store, new_run_id
@@ -210,6 +210,11 @@ def registration(cfg, node: str, run_id: str, trigger: str = "boot") -> int:
             _log(f"could not verify isolation: {exc}")
 
     records, ctx = run_level(cfg, node, level, deadline=deadline, before_check=keep_isolated)
+    if cfg.registration.group_window > 0 and cfg.shared_dir and \
+            not any(r["verdict"] == "fail" for r in records):
+        group = _batch_group(cfg, slurm, node, run_id, level)
+        if group is not None:
+            records.append(group)
     run = summarize(node, level, trigger, records, started, ctx, run_id)
     problems = Store(cfg, node).write(run)
     for p in problems:
@@ -228,6 +233,47 @@ def registration(cfg, node: str, run_id: str, trigger: str = "boot") -> int:
         return 1
     state.finish(run_id, verdict)
     return 0 if verdict != "fail" else 1
+
+
+def _batch_group(cfg, slurm, node: str, run_id: str, level: str) -> dict[str, Any] | None:
+    """Join this registration window's batch; the group all-reduce's record, or None if alone."""
+    from pathlib import Path
+
+    from airlock.batch import Batch
+    from airlock.checks.groupcheck import run_member
+
+    reg = cfg.registration
+    started = time.monotonic()
+    try:
+        addr = slurm.node(node).address or "127.0.0.1"
+    except AirlockError:
+        addr = "127.0.0.1"
+    batch = Batch(Path(cfg.shared_dir) / ".batches", node, addr, reg.group_window,
+                  reg.group_timeout, tuple(cfg.ondemand.port_range),
+                  confirm=cfg.checks.confirm_runs)
+    batch.arrive(run_id)
+    doc = batch.form()
+    if doc is None:
+        _log(f"{node}: no other node registered within {reg.group_window:g}s; no batch test")
+        return None
+
+    def member(nodes: list[str], master: str, port: int) -> dict[str, Any]:
+        return run_member(cfg, node, nodes, master, port, level, timeout=reg.group_timeout)
+
+    verdict = batch.run(doc, member)
+    members = ",".join(doc["members"])
+    if node in verdict.get("good", []):
+        outcome = passed("group_allreduce", f"batch {members}")
+    elif node in verdict.get("bad", []):
+        outcome = failed("group_allreduce", verdict["details"].get(node, "failed"),
+                         members=members)
+    else:
+        why = verdict.get("details", {}).get(node, "")
+        outcome = failed("group_allreduce", f"inconclusive in batch {members}: {why}".strip())
+    record = outcome.to_dict()
+    record["duration_s"] = round(time.monotonic() - started, 3)
+    record["attempts"] = 1
+    return record
 
 
 def _apply_failure(slurm, node: str, run: dict[str, Any]):

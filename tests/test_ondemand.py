@@ -1,0 +1,140 @@
+"""On-demand group checks and registration batches against a real 4-node Slurm cluster."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from airlock import config as config_mod
+from airlock.nodestate import NodeState
+from airlock.results import read_json
+
+# Registration runs only the quick level here: these tests are about what comes after.
+FAST = {
+    "registration": {"level": "quick"},
+    "ondemand": {"group_sizes_mb": [0.25, 1.0], "group_timeout": 60, "poll_interval": 0.5,
+                 "group_busbw_floor_gbps": 0.02},
+}
+
+
+def airlock_check(cluster, *args, timeout=300):
+    proc = subprocess.run([sys.executable, "-m", "airlock", "check", *args], env=cluster.env(),
+                          capture_output=True, text=True, timeout=timeout)
+    return proc
+
+
+def wait_all_resumed(cluster, names, timeout=120):
+    cluster.wait(lambda: all(not n.drained and n.responding and not n.reason
+                             for n in cluster.slurm.nodes(names)), timeout, "nodes resumed")
+
+
+@pytest.fixture
+def four(cluster_factory):
+    c = cluster_factory(start=False, nodes=["node1", "node2", "node3", "node4"],
+                        airlock=FAST, partitions={"gpu": ["node1", "node2", "node3"]})
+    return c
+
+
+def test_group_check_over_a_partition_passes_and_returns_nodes(four):
+    four.start()
+    wait_all_resumed(four, ["node1", "node2", "node3", "node4"])
+    proc = airlock_check(four, "--partition", "gpu", "--level", "standard", "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads(proc.stdout)
+    by_node = {r["node"]: r for r in doc["nodes"]}
+    assert sorted(by_node) == ["node1", "node2", "node3"]
+    for r in by_node.values():
+        assert r["status"] == "pass" and r["group"] == "pass", r
+        assert {c["check"] for c in r["checks"]} >= {"gpu_count", "burnin"}
+        assert r["figures"]["group.busbw_gbps"] > 0
+    # Back in service: no reservation left, nothing drained, a job can land on them.
+    assert "No reservations" in four.run(["scontrol", "show", "reservation"])
+    wait_all_resumed(four, ["node1", "node2", "node3"])
+    job = four.sbatch("true", "-w", "node[1-3]", "-N3")
+    four.wait(lambda: four.job(job)["JobState"] == "COMPLETED", 60, "job on checked nodes")
+
+
+def test_bad_collective_node_is_found_and_drained_alone(four):
+    four.write_files()
+    four.set_node_sim("node3", faults={"group_corrupt": "1"})
+    four.start()
+    wait_all_resumed(four, ["node1", "node2", "node3", "node4"])
+    proc = airlock_check(four, "--nodes", "node[1-4]", "--only", "gpu_count",
+                         "--only", "group_allreduce", "--json")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    by_node = {r["node"]: r for r in json.loads(proc.stdout)["nodes"]}
+    assert by_node["node3"]["status"] == "fail"
+    assert by_node["node3"]["failed_check"] == "group_allreduce"
+    assert "wrong result" in by_node["node3"]["detail"]
+    assert [n for n, r in by_node.items() if r["status"] != "pass"] == ["node3"]
+    nodes = {n.name: n for n in four.slurm.nodes()}
+    assert nodes["node3"].drained
+    assert nodes["node3"].reason.startswith("airlock: FAIL group_allreduce wrong result")
+    for name in ("node1", "node2", "node4"):
+        assert not nodes[name].drained and not nodes[name].reason, nodes[name]
+
+
+def test_busy_node_is_waited_for_then_skipped_and_other_jobs_run_undisturbed(four):
+    four.start()
+    wait_all_resumed(four, ["node1", "node2", "node3", "node4"])
+    busy = four.sbatch("sleep 40", "-w", "node3")
+    elsewhere = four.sbatch("sleep 15", "-w", "node4")
+    four.wait(lambda: four.job(busy)["JobState"] == "RUNNING"
+              and four.job(elsewhere)["JobState"] == "RUNNING", 30, "jobs running")
+    t0 = time.monotonic()
+    proc = airlock_check(four, "--nodes", "node[1-3]", "--only", "gpu_count",
+                         "--only", "group_allreduce", "--wait-jobs", "0.15", "--json")
+    waited = time.monotonic() - t0
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    by_node = {r["node"]: r for r in json.loads(proc.stdout)["nodes"]}
+    assert by_node["node3"]["status"] == "skipped" and "busy" in by_node["node3"]["why"]
+    assert by_node["node1"]["status"] == by_node["node2"]["status"] == "pass"
+    assert waited >= 9  # it did wait --wait-jobs (0.15 min) before giving up on node3
+    assert four.job(busy)["JobState"] == "RUNNING"  # never killed nor requeued
+    four.wait(lambda: four.job(elsewhere)["JobState"] == "COMPLETED", 60, "other job done")
+    assert four.job(elsewhere)["Restarts"] == "0"
+    assert not four.node("node3").drained
+
+
+def test_second_concurrent_request_is_refused(four):
+    four.write_files()
+    four.set_node_sim("node1", faults={"group_slow": "3"})
+    four.start()
+    wait_all_resumed(four, ["node1", "node2", "node3", "node4"])
+    first = subprocess.Popen([sys.executable, "-m", "airlock", "check", "--nodes", "node[1-2]",
+                              "--only", "gpu_count", "--only", "group_allreduce"],
+                             env=four.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+    four.wait(lambda: "airlock_ondemand" in four.run(["scontrol", "show", "reservation"]),
+              30, "first run's reservation")
+    second = airlock_check(four, "--nodes", "node[3-4]", "--only", "gpu_count")
+    assert second.returncode == 4
+    assert "another on-demand check is running" in second.stderr
+    assert "Traceback" not in second.stderr
+    first.communicate(timeout=300)
+    assert first.returncode in (0, 1, 3)
+
+
+def test_two_nodes_joining_together_are_tested_as_a_group(cluster_factory):
+    extra = {**FAST, "registration": {"level": "quick", "group_window": 12,
+                                      "group_timeout": 60}}
+    c = cluster_factory(nodes=["node1"], future=["node2", "node3"], airlock=extra)
+    cfg = config_mod.load(c.airlock_conf)
+    c.wait(lambda: (NodeState(cfg, "node1").load() or {}).get("status") == "done", 90,
+           "node1 registered")
+    c.start_node("node2", wait=False)
+    c.start_node("node3", wait=False)
+    for n in ("node2", "node3"):
+        c.wait(lambda n=n: (NodeState(cfg, n).load() or {}).get("status") == "done", 150,
+               f"{n} registration")
+    wait_all_resumed(c, ["node2", "node3"])
+    for n in ("node2", "node3"):
+        rec = NodeState(cfg, n).load()
+        run = read_json(NodeState(cfg, n).path.parent / "results" / f"{rec['run_id']}.json")
+        group = [r for r in run["checks"] if r["check"] == "group_allreduce"]
+        assert group and group[0]["verdict"] == "pass", run
+        assert sorted(group[0]["detail"].removeprefix("batch ").split(",")) == ["node2", "node3"]
