@@ -62,10 +62,10 @@ class HyperpodProvider(Provider):
             raise AirlockError(f"aws-hyperpod: listing cluster {self.cluster}: {exc}") from None
         self.ids = ids
 
-    def node_id(self, node: str) -> str | None:
+    def node_id(self, node: str, may_refresh: bool = True) -> str | None:
         if node in self.static:
             return self.static[node]
-        if node not in self.ids:
+        if node not in self.ids and may_refresh:
             self.refresh()
         return self.ids.get(node)
 
@@ -75,9 +75,12 @@ class HyperpodProvider(Provider):
 
         out: dict[str, Result] = {}
         by_id: dict[str, str] = {}
+        refreshed = False  # one ListClusterNodes walk per call, however many names are new
         for t in targets:
             try:
-                nid = self.node_id(t.node)
+                fresh = not refreshed and t.node not in self.ids and t.node not in self.static
+                nid = self.node_id(t.node, may_refresh=not refreshed)
+                refreshed = refreshed or fresh
             except AirlockError as exc:
                 out[t.node] = Result(ERROR, str(exc))
                 continue
