@@ -107,7 +107,7 @@ def tiled(torch, period: list[int], numel: int, dtype, device):
     return torch.tensor(period, dtype=dtype, device=device).repeat(reps)[:numel]
 
 
-# --- one rank -------------------------------------------------------------------------------------
+# --- one rank ------------------------------------------------------------------------------------
 def _fault_rank(faults: dict[str, str], name: str, local_rank: int, default: float
                 ) -> float | None:
     from airlock.faults import device_arg
@@ -222,7 +222,7 @@ def human_bytes(n: int) -> str:
     return f"{n}B"
 
 
-# --- the launcher ---------------------------------------------------------------------------------
+# --- the launcher --------------------------------------------------------------------------------
 def local_gpu_count() -> int:
     """GPUs visible here, without initialising CUDA (NVML), so forking afterwards stays safe."""
     import torch
@@ -283,8 +283,9 @@ def launch(master_addr: str, master_port: int, world_size: int, rank_offset: int
     if local_ranks <= 0 or world_size <= 0 or not 0 <= rank_offset <= world_size - local_ranks:
         raise ValueError(f"bad ranks: offset {rank_offset} + {local_ranks} local in a world "
                          f"of {world_size}")
-    import torch.distributed as dist
     from datetime import timedelta
+
+    import torch.distributed as dist
 
     faults = dict(faults or {})
     node = node or socket.gethostname().split(".")[0]
@@ -474,7 +475,7 @@ def run_local(ranks: int, params: SweepParams, faults: dict[str, str] | None = N
     return launch("127.0.0.1", 0, ranks, 0, ranks, params, faults, host_store=True, node=node)
 
 
-# --- combining node reports -------------------------------------------------------------------------
+# --- combining node reports ---------------------------------------------------------------
 @dataclass(frozen=True)
 class SizeResult:
     bytes: int

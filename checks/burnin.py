@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airlock.checks.base import Outcome, failed, passed
+
 from airlock.faults import device_arg
 
 CHECK = "burnin"
@@ -60,7 +61,7 @@ class DeviceRun:
     device: str
     model: str
     dtype: str
-    tflops: float = 0.0  # GPU: median over timed chunks; CPU: the best chunk (see Plan.best)
+    tflops: float = 0.0  # median over timed chunks
     sustained: float = 0.0  # every GEMM over all the time spent
     gemms: int = 0
     fingerprint: int = 0  # exact integer sum of the result's bits (order-independent)
@@ -78,11 +79,9 @@ class Plan:
     dtypes: list[str]
     duration: float = 0.0  # > 0: run each dtype this many seconds (GPU)
     iterations: int = 0  # duration == 0: this many GEMMs per dtype, in CPU_CHUNKS chunks
-    cpu_threads: int = 1
-    # CPU "devices" share cores with every other process, so their speed is their best chunk
-    # (an injected or real slowdown lasts the whole run); a GPU's is its median chunk, so
-    # throttling that lasts half the run shows.
-    best: bool = False
+    # CPU "devices" are threads sharing cores with every other process: their chunks are timed
+    # in thread CPU time, so a busy machine does not make a healthy one look like a straggler.
+    thread_clock: bool = False
 
 
 # --- pure verdict helpers ---------------------------------------------------------------------
@@ -102,11 +101,17 @@ def majority(fingerprints: dict[str, int]) -> tuple[int | None, list[str]]:
 
 
 def stragglers(values: dict[str, float], fraction: float) -> tuple[float, list[str]]:
-    """(node median, devices below fraction x median), slowest first."""
+    """(node median, devices below fraction x the median of the *other* devices), slowest first.
+    Against the others, one slow device among two still stands out (a node median of two
+    would be half its own speed)."""
+    med = statistics.median(values.values()) if values else 0.0
     if len(values) < 2 or not fraction:
-        return (statistics.median(values.values()) if values else 0.0), []
-    med = statistics.median(values.values())
-    slow = [d for d, v in values.items() if v < fraction * med]
+        return med, []
+    slow = []
+    for d, v in values.items():
+        others = [x for k, x in values.items() if k != d]
+        if v < fraction * statistics.median(others):
+            slow.append(d)
     return med, sorted(slow, key=lambda d: values[d])
 
 
@@ -151,11 +156,13 @@ def verdict_burnin(runs: list[DeviceRun], floors: dict[str, float] | None = None
             d = below[0]
             return failed(CHECK, f"{d} {dtype} {per_dev[d]:.3g} TFLOPS < floor {floor:g}",
                           "reboot", **figures)
-        med, slow = stragglers(per_dev, straggler_fraction)
+        _med, slow = stragglers(per_dev, straggler_fraction)
         if slow:
             d = slow[0]
+            others = statistics.median(v for k, v in per_dev.items() if k != d)
             return failed(CHECK, f"{d} {dtype} straggler {per_dev[d]:.3g} TFLOPS < "
-                          f"{straggler_fraction:g} x node median {med:.3g}", "reboot", **figures)
+                          f"{straggler_fraction:g} x the others' median {others:.3g}", "reboot",
+                          **figures)
         ref = fleet.get(dtype)
         if ref and fleet_fraction:
             low = sorted((d for d, v in per_dev.items() if v < fleet_fraction * ref),
@@ -331,19 +338,20 @@ class _DeviceWorker(threading.Thread):
         factor = slow[1] if slow and slow[0] == self.index else 1.0
         flop = 2.0 * n**3
         per_chunk = max(1, plan.iterations // CPU_CHUNKS) if not plan.duration else 1
+        clock = time.thread_time if plan.thread_clock else time.perf_counter
         chunks: list[float] = []
         unstable = gemms = 0
         spent = 0.0
         started = time.monotonic()
         while True:
-            t0 = time.perf_counter()
+            t0 = clock()
             for _ in range(per_chunk):
                 torch.matmul(a, b, out=c)
             _sync(torch, dev)
-            took = time.perf_counter() - t0
+            took = clock() - t0
             if factor < 1.0:  # gemm_slow: the device really does less work per second
-                time.sleep(took * (1 / factor - 1))
-                took = time.perf_counter() - t0
+                _stall(clock, took * (1 / factor - 1), plan.thread_clock)
+                took = clock() - t0
             gemms += per_chunk
             spent += took
             chunks.append(flop * per_chunk / took / 1e12)
@@ -365,10 +373,20 @@ class _DeviceWorker(threading.Thread):
         fp = fingerprint(torch, c)
         err, at = golden.error(torch, c)
         self.c = c
-        speed = max(chunks) if plan.best else statistics.median(chunks)
-        return DeviceRun(self.dev, self.model, self.dtype, tflops=speed,
+        return DeviceRun(self.dev, self.model, self.dtype, tflops=statistics.median(chunks),
                          sustained=flop * gemms / spent / 1e12, gemms=gemms, fingerprint=fp,
                          golden_error=err, golden_at=at, unstable=unstable)
+
+
+def _stall(clock: Callable[[], float], seconds: float, busy: bool) -> None:
+    """Lose `seconds` of the device's time: asleep on a GPU, spinning on a CPU "device" (whose
+    clock counts only the CPU time its thread uses)."""
+    if not busy:
+        time.sleep(seconds)
+        return
+    end = clock() + seconds
+    while clock() < end:
+        pass
 
 
 def _is_alloc_error(exc: BaseException) -> bool:
@@ -495,22 +513,22 @@ class _Clock:
                        "phase": self.phase})
 
 
-def make_plan(cfg, on_gpu: bool, level: str, cpu_count: int, devices: int) -> Plan:
+def make_plan(cfg, on_gpu: bool, level: str) -> Plan:
     deep = level == "deep"
     if on_gpu:
         return Plan(size=cfg.size or GPU_SIZE, dtypes=list(cfg.dtypes),
                     duration=cfg.deep_duration if deep else cfg.duration)
     iterations = cfg.cpu_iterations * (2 if deep else 1)
-    # Each virtual device gets its share of the cores; equal shares keep the kernels (and so
-    # the result bits) the same on every virtual device.
+    # A virtual device is one core: one intra-op thread, so its thread's CPU time is the
+    # device's time, and the same kernels (so the same result bits) run on every one.
     return Plan(size=cfg.cpu_size, dtypes=list(cfg.dtypes), iterations=iterations,
-                cpu_threads=max(1, cpu_count // max(devices, 1)), best=True)
+                thread_clock=True)
 
 
 def run_burnin(torch, devices: list[tuple[str, str]], plan: Plan, faults: dict[str, str],
                progress: Progress | None = None) -> list[DeviceRun]:
     if not devices[0][0].startswith("cuda"):
-        torch.set_num_threads(plan.cpu_threads)
+        torch.set_num_threads(1)  # see make_plan
     total = plan.duration * len(plan.dtypes)
     clock = _Clock(total=total, progress=progress if plan.duration else None)
     runs: list[DeviceRun] = []
@@ -529,7 +547,7 @@ def check_burnin(ctx, progress: Progress | None = None) -> Outcome:
     cfg = ctx.cfg.burnin
     devices = local_devices(torch, cfg.cpu_devices)
     on_gpu = devices[0][0].startswith("cuda")
-    plan = make_plan(cfg, on_gpu, ctx.level, os.cpu_count() or 1, len(devices))
+    plan = make_plan(cfg, on_gpu, ctx.level)
     profile = ctx.profile if on_gpu else sku.named("cpu", ctx.cfg.profile.dirs)
     floors = {k: float(v) for k, v in (profile.get("tflops_floor") or {}).items()}
     fleet: dict[str, float] = {}
@@ -540,7 +558,8 @@ def check_burnin(ctx, progress: Progress | None = None) -> Outcome:
             if ref:
                 fleet[dtype] = ref
     runs = run_burnin(torch, devices, plan, ctx.faults, progress or stderr_progress)
-    out = verdict_burnin(runs, floors, cfg.straggler_fraction, fleet, cfg.fleet_fraction)
+    fraction = cfg.straggler_fraction if on_gpu else cfg.cpu_straggler_fraction
+    out = verdict_burnin(runs, floors, fraction, fleet, cfg.fleet_fraction)
     out.figures.update(profile=profile.name, size=plan.size, model=devices[0][1],
                        mode=f"{plan.duration:g}s per dtype" if plan.duration
                        else f"{plan.iterations} GEMMs per dtype")

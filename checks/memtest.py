@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airlock.checks.base import Outcome, failed, passed
+
 from airlock.faults import device_arg
 
 CHECK = "memtest"
@@ -162,7 +163,6 @@ class _Tester(threading.Thread):
             chunks = self._allocate()
         except _AllocError as exc:
             return DeviceMem(self.dev, error=str(exc))
-        torch = self.torch
         corrupt = device_arg(self.faults.get("memtest_corrupt"), 0)
         pending_corruption = bool(corrupt and corrupt[0] == self.index)
         bad: list[BadWord] = []
@@ -273,7 +273,6 @@ def run_memtest(torch, devices: list[str], cfg: MemtestSection, level: str,
 
 def check_memtest(ctx) -> Outcome:
     import torch
-
     from airlock.checks.burnin import local_devices
 
     cfg: MemtestSection = ctx.cfg.memtest
