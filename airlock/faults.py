@@ -8,13 +8,18 @@ Two sources, merged (the environment wins):
 Switches (name = value: effect):
   hang_check = CHECK            the named check sleeps forever (its timeout must catch it)
   fail_check = CHECK            the named check raises an error
-  gemm_corrupt = DEVICE         burn-in: one element of DEVICE's GEMM result is flipped
-  gemm_slow = DEVICE[:FACTOR]   burn-in: DEVICE runs FACTOR (default 0.3) of its speed
+  gemm_corrupt = DEVICE         burn-in: one element of DEVICE's GEMM result goes wrong (scaled
+                                as by a flipped exponent bit), at row 1, column 1
+  gemm_slow = DEVICE[:FACTOR]   burn-in: DEVICE runs FACTOR (default 0.3) of its speed (it
+                                sleeps on a GPU, spins on a CPU "device")
   alloc_fail = DEVICE           burn-in/memtest: allocation on DEVICE fails
-  memtest_corrupt = DEVICE      memory test: one word on DEVICE reads back wrong
-  allreduce_slow = RANK[:SECONDS] all-reduce: RANK sleeps before each collective
-  allreduce_corrupt = RANK      all-reduce: RANK contributes a wrong value
+  memtest_corrupt = DEVICE      memory test: bit 5 of word 1000 on DEVICE reads back flipped
+  allreduce_slow = RANK[:SECONDS] all-reduce: RANK sleeps SECONDS (default 0.02) before each
+                                collective
+  allreduce_corrupt = RANK      all-reduce: RANK contributes a wrong value (one element + 1)
   allreduce_hang = RANK         all-reduce: RANK never joins the collective
+  DEVICE is the index of a local device (cuda:N, or the CPU "device" cpuN); RANK is a local
+  rank on the node whose switch it is (in a multi-node run, global rank = offset + RANK).
   flaky_check = CHECK           the named check fails on its first attempt only
 
 Hardware faults for the quick checks (ECC, row remap, XID, NVLink, lost GPU, hung NVML, ...) are
