@@ -111,6 +111,11 @@ class Service:
         if self.dry_run:
             for node, event, detail in d.events:
                 emit(self.out, node=node, event=event, detail=detail, dry_run=True)
+            if d.detections and not d.trip:
+                # New cases act on a later poll: show what that poll would start.
+                later = dataclasses.replace(ledger, detections=ledger.detections + d.detections)
+                d = m.decide(d.cases, list(obs.values()), now + self.rc.detect_grace,
+                             self.policy, self.rc, later, self.owns_reason)
             for node, action in d.starts:
                 emit(self.out, node=node, event="would_" + action, dry_run=True,
                      detail=f"class {d.cases[node].failure_class}, rung "
