@@ -104,13 +104,14 @@ def test_reboot_fails_again_then_replace_through_http_cloud(cluster_factory, tmp
     cluster.set_node_sim("node2", gpus=healthy_gpus(7))  # gpu_count fails on every run
     cluster.start(wait=True)
     db = tmp_path / "recovery.db"
-    out = open(tmp_path / "service.log", "wb")
-    proc = start_service(cluster, log=out)
-    try:
-        cluster.wait(lambda: healthy_and_free(cluster, db, "node2"), 80, "node2 replaced, healthy")
-    finally:
-        stop_service(proc)
-        cloud.stop()
+    with open(tmp_path / "service.log", "wb") as out:
+        proc = start_service(cluster, log=out)
+        try:
+            cluster.wait(lambda: healthy_and_free(cluster, db, "node2"), 80,
+                         "node2 replaced, healthy")
+        finally:
+            stop_service(proc)
+            cloud.stop()
     actions = db_rows(db, "SELECT kind, via, status FROM actions WHERE node='node2' ORDER BY id")
     assert actions == [("reboot", "slurm", "done"), ("replace", "http", "done")]
     assert db_rows(db, "SELECT COUNT(*) FROM actions WHERE node != 'node2'") == [(0,)]
