@@ -83,6 +83,10 @@ def test_timeouts_escalate_and_exhaust_to_manual():
 def test_classes_pick_the_ladder():
     xid = walk(None, obs(reason="airlock: FAIL xid XID 79 on gpu3"), 0).case
     assert xid.failure_class == "fatal-xid" and xid.ladder == ("replace",)
+    xid = walk(None, obs(reason="airlock: FAIL xid 79 gpu3 within 2h"), 0).case
+    assert xid.failure_class == "fatal-xid"
+    benign = walk(None, obs(reason="airlock: FAIL xid 31 gpu3 within 2h"), 0).case
+    assert benign.failure_class == "default"
     remap = walk(None, obs(reason="airlock: FAIL nvml gpu2 row remap pending"), 0).case
     assert remap.ladder == ("reboot",)
     env = walk(None, obs(reason="airlock: FAIL mounts /shared missing"), 0).case
