@@ -285,6 +285,18 @@ class DevCluster:
         if _alive(pid):
             _kill(pid, signal.SIGKILL)
 
+    def kill_node_processes(self, name: str) -> list[int]:
+        """Kill what Airlock left running for one node (its registration suite and checks),
+        as a reboot or a replaced instance would; return the PIDs."""
+        killed = []
+        for pid in _pids_with_marker(str(self.root)):
+            cmd = _cmdline(pid)
+            if "--node" in cmd and cmd[cmd.index("--node") + 1:cmd.index("--node") + 2] == [name] \
+                    and any("airlock" in part for part in cmd):
+                _kill(pid, signal.SIGKILL)
+                killed.append(pid)
+        return killed
+
     def restart_node(self, name: str, fresh_boot: bool = True, wait: bool = True) -> None:
         self.stop_node(name)
         self.start_node(name, wait=wait, fresh_boot=fresh_boot)
@@ -479,6 +491,7 @@ def reboot_program() -> int:
         os.setsid()
         cluster = DevCluster.attach(root)
         cluster.stop_node(name)
+        cluster.kill_node_processes(name)  # a real reboot ends everything that ran on the node
         # slurmctld completes a reboot only when the node reports a boot time no earlier than
         # the (whole-second) time the reboot was issued; the fresh boot clock starts about 1-2 s
         # in the past, so the "machine" stays off for a moment, as a real one would.

@@ -200,7 +200,13 @@ def registration(cfg, node: str, run_id: str, trigger: str = "boot") -> int:
     started = time.time()
     state = nodestate.NodeState(cfg, node)
 
+    def superseded() -> bool:
+        # A newer boot of this node started its own suite: this one must not touch Slurm.
+        return (state.load() or {}).get("run_id") not in (None, run_id)
+
     def keep_isolated(_check: str) -> None:
+        if superseded():
+            return
         # A reboot with nextstate=resume clears DRAIN when the node registers; put ours back.
         try:
             n = slurm.node(node)
@@ -220,6 +226,9 @@ def registration(cfg, node: str, run_id: str, trigger: str = "boot") -> int:
     for p in problems:
         _log(p)
     verdict = run["verdict"]
+    if superseded():
+        _log(f"{node}: {verdict}, but a newer registration took over; Slurm left alone")
+        return 0
     keep_isolated("")
     try:
         if verdict == "fail":

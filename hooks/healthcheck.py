@@ -99,7 +99,7 @@ def periodic(cfg, slurm, node: str) -> str:
         return f"quick {run['verdict']} in {run['duration_s']:.2f}s"
     current = slurm.node(node)
     parsed = reasons.parse(current.reason)
-    if parsed is not None and parsed.is_failure:
+    if parsed is not None and (parsed.is_failure or parsed.state == "recover"):
         return f"quick fail ({run['failed_check']}); kept earlier {current.reason!r}"
     res = slurm.drain(node, failure_reason(run))
     return f"quick fail {run['failed_check']}: {'drained' if res.changed else res.why}"
