@@ -279,6 +279,8 @@ class Golden:
         return cls(rows, cols, row_scale.clamp_min(1e-300), col_scale.clamp_min(1e-300))
 
     def to(self, dev) -> Golden:
+        if str(dev) == "cpu":
+            return self
         return Golden(self.rows.to(dev), self.cols.to(dev), self.row_scale.to(dev),
                       self.col_scale.to(dev))
 
@@ -301,9 +303,29 @@ def _tdev(dev: str) -> str:
     return "cpu" if dev.startswith("cpu") else dev
 
 
+class _Later:
+    """A value computed while the devices already run (the golden sums: the CPU is idle while
+    GPUs work, so the reference costs no device time)."""
+
+    def __init__(self) -> None:
+        self._ready = threading.Event()
+        self._value: Any = None
+        self._error: BaseException | None = None
+
+    def set(self, value: Any = None, error: BaseException | None = None) -> None:
+        self._value, self._error = value, error
+        self._ready.set()
+
+    def get(self) -> Any:
+        self._ready.wait()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
 class _DeviceWorker(threading.Thread):
     def __init__(self, torch, index: int, dev: str, model: str, dtype: str, a_host, b_host,
-                 golden: Golden, plan: Plan, faults: dict[str, str]):
+                 golden: _Later, plan: Plan, faults: dict[str, str]):
         super().__init__(name=f"burnin-{dev}", daemon=True)
         self.torch, self.index, self.dev, self.model, self.dtype = torch, index, dev, model, dtype
         self.a_host, self.b_host, self.golden, self.plan, self.faults = (a_host, b_host, golden,
@@ -330,10 +352,9 @@ class _DeviceWorker(threading.Thread):
         a = self.a_host.to(dev, dt)
         b = self.b_host.to(dev, dt)
         c = torch.empty(n, n, dtype=dt, device=dev)
-        golden = self.golden.to(dev)
         torch.matmul(a, b, out=c)  # warm-up: kernel selection, clocks
         _sync(torch, dev)
-        first = fingerprint(torch, c)
+        first = _int_view(torch, c).clone()  # every later result must equal it, bit for bit
         slow = device_arg(self.faults.get("gemm_slow"), 0.3)
         factor = slow[1] if slow and slow[0] == self.index else 1.0
         flop = 2.0 * n**3
@@ -355,7 +376,7 @@ class _DeviceWorker(threading.Thread):
             gemms += per_chunk
             spent += took
             chunks.append(flop * per_chunk / took / 1e12)
-            if fingerprint(torch, c) != first:
+            if not torch.equal(_int_view(torch, c), first):
                 unstable += 1
             self.heartbeat = time.monotonic()
             if plan.duration:
@@ -371,7 +392,7 @@ class _DeviceWorker(threading.Thread):
             flat = c.view(-1)
             flat[n + 1] = flat[n + 1] * 4096 + 64
         fp = fingerprint(torch, c)
-        err, at = golden.error(torch, c)
+        err, at = self.golden.get().to(dev).error(torch, c)
         self.c = c
         return DeviceRun(self.dev, self.model, self.dtype, tflops=statistics.median(chunks),
                          sustained=flop * gemms / spent / 1e12, gemms=gemms, fingerprint=fp,
@@ -408,25 +429,41 @@ def run_dtype(torch, devices: list[tuple[str, str]], dtype: str, plan: Plan,
               faults: dict[str, str], tick: Callable[[], None] | None = None,
               seed: int = SEED) -> list[DeviceRun]:
     """One dtype on every device at once; devices are (name, model)."""
-    gen = torch.Generator().manual_seed(seed)
-    n = plan.size
-    a_host = torch.randn(n, n, generator=gen, dtype=torch.float32).to(_torch_dtype(torch, dtype))
-    b_host = torch.randn(n, n, generator=gen, dtype=torch.float32).to(_torch_dtype(torch, dtype))
-    golden = Golden.compute(torch, a_host, b_host)  # once per dtype, shared by every device
+    a32, b32 = _inputs(torch, plan.size, seed)
+    a_host = a32.to(_torch_dtype(torch, dtype))
+    b_host = b32.to(_torch_dtype(torch, dtype))
     if devices and devices[0][0].startswith("cuda"):
         a_host, b_host = a_host.pin_memory(), b_host.pin_memory()
     prev_tf32 = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"
+    golden = _Later()
     workers = [_DeviceWorker(torch, i, dev, model, dtype, a_host, b_host, golden, plan, faults)
                for i, (dev, model) in enumerate(devices)]
     try:
         for w in workers:
             w.start()
+        try:  # once per dtype, shared by every device, while they run
+            golden.set(Golden.compute(torch, a_host, b_host))
+        except BaseException as exc:  # noqa: BLE001 - every device reports it
+            golden.set(error=exc)
         _wait(workers, plan, tick)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = prev_tf32
     runs = [w.result or DeviceRun(w.dev, w.model, dtype, error=_hung(w)) for w in workers]
     return _cross_check(torch, runs, {w.dev: w.c for w in workers})
+
+
+_INPUTS: dict[tuple[int, int], tuple[Any, Any]] = {}
+
+
+def _inputs(torch, n: int, seed: int) -> tuple[Any, Any]:
+    """The seeded fp32 inputs, generated once per run and cast per dtype."""
+    if (n, seed) not in _INPUTS:
+        _INPUTS.clear()  # one size at a time: 8192^2 inputs are 512 MiB
+        gen = torch.Generator().manual_seed(seed)
+        _INPUTS[(n, seed)] = (torch.randn(n, n, generator=gen, dtype=torch.float32),
+                              torch.randn(n, n, generator=gen, dtype=torch.float32))
+    return _INPUTS[(n, seed)]
 
 
 def _wait(workers: list[_DeviceWorker], plan: Plan, tick: Callable[[], None] | None) -> None:
