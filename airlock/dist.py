@@ -575,6 +575,42 @@ def combine(reports: list[dict[str, Any]]) -> Sweep:
     return sw
 
 
+# --- launching the CLI elsewhere (srun) and reading its answer ---------------------------------
+def worker_argv(master_addr: str, master_port: int, world_size: int, rank_offset: int,
+                local_ranks: int = 0, host_store: bool = False, node: str = "",
+                level: str = "standard", python: str = "", **options: Any) -> list[str]:
+    """The command line of one node's launcher; options: sizes (list of bytes), iters, warmup,
+    dtype, timeout, backend, faults (a switch string; "" = none, omitted = the node's own)."""
+    argv = [python or sys.executable, "-m", "airlock.dist", "worker",
+            "--master-addr", master_addr, "--master-port", str(master_port),
+            "--world-size", str(world_size), "--rank-offset", str(rank_offset),
+            "--local-ranks", str(local_ranks), "--level", level]
+    if host_store:
+        argv.append("--host-store")
+    if node:
+        argv += ["--node", node]
+    for key, value in options.items():
+        if value is None:
+            continue
+        if key == "sizes":
+            value = ",".join(str(int(v)) for v in value)
+        argv += [f"--{key}", str(value)]
+    return argv
+
+
+def parse_report(stdout: str) -> dict[str, Any] | None:
+    """The node report from a launcher's stdout (the last `AIRLOCK-DIST ` line); None if absent
+    or damaged (the caller counts that node's ranks as missing)."""
+    for line in reversed(stdout.splitlines()):
+        if line.startswith(MARK):
+            try:
+                rep = json.loads(line[len(MARK):])
+            except ValueError:
+                return None
+            return rep if isinstance(rep, dict) else None
+    return None
+
+
 # --- the CLI ------------------------------------------------------------------------------------
 def _parse_sizes(text: str) -> list[int]:
     out = []

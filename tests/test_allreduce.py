@@ -6,11 +6,9 @@ nodes."""
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import subprocess
-import sys
 import uuid
 
 import pytest
@@ -46,6 +44,18 @@ def test_tiled_repeats_the_period():
 
     t = dist.tiled(torch, [0, 1, 2], 7, torch.float32, "cpu")
     assert t.tolist() == [0, 1, 2, 0, 1, 2, 0]
+
+
+def test_worker_argv_and_parse_report():
+    argv = dist.worker_argv("10.0.0.1", 29500, 16, 8, 8, node="gpu2", sizes=[1 << 20, 1 << 30],
+                            iters=5, faults="", python="python3")
+    assert argv == ["python3", "-m", "airlock.dist", "worker", "--master-addr", "10.0.0.1",
+                    "--master-port", "29500", "--world-size", "16", "--rank-offset", "8",
+                    "--local-ranks", "8", "--level", "standard", "--node", "gpu2",
+                    "--sizes", "1048576,1073741824", "--iters", "5", "--faults", ""]
+    assert dist.parse_report("noise\nAIRLOCK-DIST {\"node\": \"a\"}\n") == {"node": "a"}
+    assert dist.parse_report("AIRLOCK-DIST {broken") is None
+    assert dist.parse_report("") is None
 
 
 def test_sizes_and_bus_factor():
@@ -270,17 +280,13 @@ def test_two_launchers_join_one_world_and_name_the_remote_culprit():
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("AIRLOCK_CONFIG", "AIRLOCK_FAULTS")}
     env["AIRLOCK_CONFIG"] = "/nonexistent/airlock.toml"  # defaults; faults from --faults only
-    common = [sys.executable, "-m", "airlock.dist", "worker", "--master-addr", "127.0.0.1",
-              "--master-port", str(port), "--world-size", "4", "--local-ranks", "2",
-              "--sizes", "64K,256K", "--iters", "3", "--timeout", "60"]
-    a = subprocess.Popen(common + ["--rank-offset", "0", "--host-store", "--node", "a",
-                                   "--faults", ""], stdout=subprocess.PIPE, text=True, env=env)
-    b = subprocess.Popen(common + ["--rank-offset", "2", "--node", "b",
-                                   "--faults", "allreduce_corrupt=1"],
-                         stdout=subprocess.PIPE, text=True, env=env)
-    outs = [p.communicate(timeout=120)[0] for p in (a, b)]
-    reports = [json.loads(next(line for line in o.splitlines()
-                               if line.startswith(dist.MARK))[len(dist.MARK):]) for o in outs]
+    common = {"master_addr": "127.0.0.1", "master_port": port, "world_size": 4,
+              "local_ranks": 2, "sizes": [64 << 10, 256 << 10], "iters": 3, "timeout": 60}
+    a = subprocess.Popen(dist.worker_argv(rank_offset=0, host_store=True, node="a", faults="",
+                                          **common), stdout=subprocess.PIPE, text=True, env=env)
+    b = subprocess.Popen(dist.worker_argv(rank_offset=2, node="b", faults="allreduce_corrupt=1",
+                                          **common), stdout=subprocess.PIPE, text=True, env=env)
+    reports = [dist.parse_report(p.communicate(timeout=120)[0]) for p in (a, b)]
     assert [r["world_size"] for r in reports] == [4, 4]
     assert a.returncode == 0 and b.returncode == 0  # the run completed; the verdict judges
     sw = dist.combine(reports)
