@@ -70,6 +70,7 @@ class DeviceRun:
     unstable: int = 0  # chunks whose result differed from the device's first one
     mismatches: int = 0  # elements differing from the majority of same-model devices
     first_mismatch: tuple[int, int] | None = None
+    versus: str = ""  # set when no majority decided: the one device it was compared with
     error: str = ""
 
 
@@ -138,8 +139,9 @@ def verdict_burnin(runs: list[DeviceRun], floors: dict[str, float] | None = None
     for r in runs:
         if r.mismatches:
             where = f" first at {r.first_mismatch}" if r.first_mismatch else ""
-            return failed(CHECK, f"{r.device} {r.dtype} {r.mismatches} mismatches vs other "
-                          f"devices{where}", "replace", **figures)
+            peer = f"{r.versus} (no majority)" if r.versus else "other devices"
+            return failed(CHECK, f"{r.device} {r.dtype} {r.mismatches} mismatches vs "
+                          f"{peer}{where}", "replace", **figures)
     for r in runs:
         if not r.golden_error <= TOLERANCE[r.dtype]:  # NaN is an error too
             return failed(CHECK, f"{r.device} {r.dtype} checksum off by {r.golden_error:.2e} "
@@ -496,18 +498,22 @@ def _cross_check(torch, runs: list[DeviceRun], results: dict[str, Any]) -> list[
         ref_fp, odd = majority({r.device: r.fingerprint for r in group})
         if not odd:
             continue
+        versus = ""
         if ref_fp is None:
             # No majority (two devices, say): the one within the golden tolerance is the
-            # reference; if none or both are, each is named against the first.
+            # reference; if none or both are, the others are named against the first, and
+            # the detail says no majority decided.
             good = [r for r in group if r.golden_error <= TOLERANCE[r.dtype]]
             ref = good[0] if len(good) == 1 else group[0]
+            versus = "" if len(good) == 1 else ref.device
             odd = [r.device for r in group if r.device != ref.device]
         else:
             ref = next(r for r in group if r.fingerprint == ref_fp)
         for r in group:
             if r.device in odd:
                 count, first = _compare(torch, results[ref.device], results[r.device])
-                updates[r.device] = _replace(r, mismatches=count, first_mismatch=first)
+                updates[r.device] = _replace(r, mismatches=count, first_mismatch=first,
+                                             versus=versus)
     return [updates.get(r.device, r) for r in runs]
 
 

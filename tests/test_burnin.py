@@ -65,6 +65,8 @@ def test_verdict_mismatch_names_device_and_place():
     out = verdict_burnin([run("g0"), run("g1", mismatches=12, first_mismatch=(3, 4))])
     assert out.detail == "g1 fp32 12 mismatches vs other devices first at (3, 4)"
     assert out.remediation == "replace"
+    tie = verdict_burnin([run("g0"), run("g1", mismatches=1, first_mismatch=(0, 0), versus="g0")])
+    assert tie.detail == "g1 fp32 1 mismatches vs g0 (no majority) first at (0, 0)"
 
 
 def test_verdict_golden_checksum_and_nan():
