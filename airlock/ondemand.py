@@ -233,7 +233,9 @@ class GroupTester:
             tail = (err or out).strip().splitlines()
             detail = f"launch failed: {tail[-1][:120] if tail else f'exit {rc}'}"
         figures = results[0].get("figures", {}) if results else {}
-        self.runs.append({"nodes": nodes, "ok": ok, "detail": detail, "figures": figures})
+        own = {r.get("node"): r["detail"] for r in results if not r["ok"]}
+        self.runs.append({"nodes": nodes, "ok": ok, "detail": detail, "figures": figures,
+                          "own": own})
         return ok
 
 
@@ -343,7 +345,9 @@ def _group(cfg, launcher: Launcher, targets: dict[str, Target], passed: list[str
         t = targets[n]
         t.group, t.status, t.failed_check = "fail", "fail", GROUP_CHECK
         pair = next((r for r in reversed(tester.runs) if n in r["nodes"] and not r["ok"]), first)
-        t.detail = f"{pair['detail'] or 'failed'} (isolated in {len(tester.runs)} tests)"
+        # The node's own member sees its own fault best ("rank 0 (node3) sent wrong data").
+        why = pair["own"].get(n) or pair["detail"] or "failed"
+        t.detail = f"{why} (isolated in {len(tester.runs)} tests)"
     for n in search.inconclusive:
         t = targets[n]
         t.group, t.status = "inconclusive", "inconclusive"

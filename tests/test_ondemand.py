@@ -69,11 +69,12 @@ def test_bad_collective_node_is_found_and_drained_alone(four):
     by_node = {r["node"]: r for r in json.loads(proc.stdout)["nodes"]}
     assert by_node["node3"]["status"] == "fail"
     assert by_node["node3"]["failed_check"] == "group_allreduce"
-    assert "wrong result" in by_node["node3"]["detail"]
+    assert "(node3) sent wrong data" in by_node["node3"]["detail"]
     assert [n for n, r in by_node.items() if r["status"] != "pass"] == ["node3"]
     nodes = {n.name: n for n in four.slurm.nodes()}
     assert nodes["node3"].drained
-    assert nodes["node3"].reason.startswith("airlock: FAIL group_allreduce wrong result")
+    assert nodes["node3"].reason.startswith("airlock: FAIL group_allreduce rank ")
+    assert "(node3) sent wrong data" in nodes["node3"].reason
     for name in ("node1", "node2", "node4"):
         assert not nodes[name].drained and not nodes[name].reason, nodes[name]
 
