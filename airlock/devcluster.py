@@ -161,7 +161,7 @@ class DevCluster:
             "AccountingStorageType=accounting_storage/none",
             "InactiveLimit=0",
             "KillWait=2",
-            "MinJobAge=30",
+            "MinJobAge=600",  # tests and the demo read finished jobs back
             "SlurmdTimeout=30",
             "SlurmctldTimeout=30",
             "ResumeTimeout=60",

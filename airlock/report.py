@@ -46,6 +46,16 @@ _starts: dict[str, float] = {}
 
 
 def terminal_progress(check: str, event: str, info: dict[str, Any]) -> None:
+    if event == "progress":
+        elapsed, remaining = info.get("elapsed"), info.get("remaining")
+        parts = [f"{info['phase']}" if info.get("phase") else ""]
+        if elapsed is not None:
+            parts.append(f"elapsed {float(elapsed):.0f}s")
+        if remaining is not None:
+            parts.append(f"remaining {float(remaining):.0f}s")
+        sys.stderr.write(f"  {check:<16} running {' '.join(p for p in parts if p):<40}\r")
+        sys.stderr.flush()
+        return
     if event == "start":
         _starts[check] = time.monotonic()
         sys.stderr.write(f"  {check:<16} running (timeout {info['timeout']:.0f}s)\r")

@@ -74,7 +74,24 @@ def run_in_thread(spec: registry.CheckSpec, ctx: Context, timeout: float) -> Out
     return box["out"]
 
 
-def run_isolated(spec: registry.CheckSpec, ctx: Context, timeout: float) -> Outcome:
+PROGRESS_MARK = "AIRLOCK-PROGRESS "
+
+
+def _relay(stream, sink: list[str], check: str, progress: Progress | None) -> None:
+    """Collect a child's stderr, passing its progress lines on as they arrive."""
+    for line in stream:
+        if line.startswith(PROGRESS_MARK) and progress is not None:
+            _, _, payload = line[len(PROGRESS_MARK):].partition(" ")
+            try:
+                progress(check, "progress", json.loads(payload))
+            except ValueError:
+                pass
+            continue
+        sink.append(line)
+
+
+def run_isolated(spec: registry.CheckSpec, ctx: Context, timeout: float,
+                 progress: Progress | None = None) -> Outcome:
     argv = [sys.executable, "-m", "airlock.runner", "one", spec.name, "--node", ctx.node,
             "--level", ctx.level, "--attempt", str(ctx.attempt)]
     env = dict(os.environ)
@@ -82,14 +99,27 @@ def run_isolated(spec: registry.CheckSpec, ctx: Context, timeout: float) -> Outc
     env.setdefault("PATH", "/usr/bin:/bin:/usr/sbin:/sbin")
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env, start_new_session=True, stdin=subprocess.DEVNULL)
+    err_lines: list[str] = []
+    out_lines: list[str] = []
+    readers = [
+        threading.Thread(target=_relay, args=(proc.stderr, err_lines, spec.name, progress),
+                         daemon=True),
+        threading.Thread(target=_relay, args=(proc.stdout, out_lines, spec.name, None),
+                         daemon=True),
+    ]
+    for t in readers:
+        t.start()
     try:
-        out, err = proc.communicate(timeout=timeout)
+        proc.wait(timeout=max(0.1, timeout))
     except subprocess.TimeoutExpired:
         _kill_group(proc)
         return failed(spec.name, f"timeout after {timeout:g}s")
     except BaseException:
         _kill_group(proc)
         raise
+    for t in readers:
+        t.join(5)
+    out, err = "".join(out_lines), "".join(err_lines)
     for line in reversed(out.splitlines()):
         if line.startswith(RESULT_MARK):
             try:
@@ -114,9 +144,11 @@ def _kill_group(proc: subprocess.Popen) -> None:
         pass
 
 
-def run_check(spec: registry.CheckSpec, ctx: Context, timeout: float) -> Outcome:
-    runner = run_isolated if spec.isolated else run_in_thread
-    return runner(spec, ctx, timeout)
+def run_check(spec: registry.CheckSpec, ctx: Context, timeout: float,
+              progress: Progress | None = None) -> Outcome:
+    if spec.isolated:
+        return run_isolated(spec, ctx, timeout, progress)
+    return run_in_thread(spec, ctx, timeout)
 
 
 def run_level(cfg, node: str, level: str, only: list[str] | None = None,
@@ -140,11 +172,11 @@ def run_level(cfg, node: str, level: str, only: list[str] | None = None,
             progress(spec.name, "start", {"timeout": timeout})
         started = time.monotonic()
         ctx.attempt = 1
-        outcome = run_check(spec, ctx, timeout)
+        outcome = run_check(spec, ctx, timeout, progress)
         attempts = [outcome]
         while outcome.failed and len(attempts) <= confirm and "timeout" not in outcome.detail:
             ctx.attempt += 1
-            outcome = run_check(spec, ctx, timeout)
+            outcome = run_check(spec, ctx, timeout, progress)
             attempts.append(outcome)
         if len(attempts) > 1 and not outcome.failed:
             first = attempts[0]

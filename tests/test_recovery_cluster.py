@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import sqlite3
 import subprocess
@@ -11,11 +10,9 @@ import time
 
 import pytest
 
+from airlock.devcloud import FakeCloud
 from airlock.devcluster import healthy_gpus
 from airlock.recovery.store import Store
-
-sys.path.insert(0, os.path.dirname(__file__))
-from recovery_cloud import FakeCloud  # noqa: E402
 
 pytestmark = pytest.mark.cluster
 

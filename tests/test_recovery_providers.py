@@ -4,21 +4,16 @@ command provider with a real executable, and hyperpod-slurm / slurm-power agains
 
 from __future__ import annotations
 
-import os
-import sys
-
 import boto3
 import pytest
 from botocore.stub import Stubber
 
+from airlock.devcloud import FakeCloud
 from airlock.errors import ConfigError
 from airlock.recovery import providers as pv
 from airlock.recovery.http_provider import HttpProvider
 from airlock.recovery.hyperpod import HyperpodProvider
 from airlock.recovery.settings import HttpSettings
-
-sys.path.insert(0, os.path.dirname(__file__))
-from recovery_cloud import FakeCloud  # noqa: E402
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
-"""A cloud on loopback for the recovery tests: a real HTTP server (http.server in a thread on
-127.0.0.1, port 0) implementing docs/recovery-http.md against a DevCluster.
+"""A cloud on loopback for the recovery tests and the demo: a real HTTP server (http.server in a
+thread on 127.0.0.1, port 0) implementing docs/recovery-http.md against a DevCluster.
 
 Its replace does what a cloud does to a node: the old instance goes away (slurmd stopped), and a
 new one boots (the simulated fault is cleared, the node's local disk is fresh, slurmd starts
