@@ -54,6 +54,9 @@ class Gpu:
     uuid: str = ""
     pci_bus_id: str = ""
     memory_total_mib: int = 0
+    # NVML's (v1) used memory: an idle GPU already shows a few hundred MiB of driver/context
+    # reservations; the epilog compares it with [epilog] memory_used_max_mib
+    memory_used_mib: int = 0
     driver_version: str = ""
     lost: bool = False  # fell off the bus (NVML_ERROR_GPU_IS_LOST)
     ecc_volatile_uncorrected_dram: int = 0
@@ -249,8 +252,11 @@ class PynvmlBackend:
         read("name", nv.nvmlDeviceGetName, h, post=_str)
         read("uuid", nv.nvmlDeviceGetUUID, h, post=_str)
         read("pci_bus_id", nv.nvmlDeviceGetPciInfo, h, post=lambda p: _str(p.busId))
-        read("memory_total_mib", nv.nvmlDeviceGetMemoryInfo, h,
-             post=lambda m: int(m.total // (1 << 20)))
+        read("_memory", nv.nvmlDeviceGetMemoryInfo, h)  # total and used in one driver call
+        memory = values.pop("_memory", None)
+        if memory is not None:
+            values.update(memory_total_mib=int(memory.total // (1 << 20)),
+                          memory_used_mib=int(memory.used // (1 << 20)))
         read("ecc_volatile_uncorrected_dram", nv.nvmlDeviceGetMemoryErrorCounter, h,
              nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_VOLATILE_ECC,
              nv.NVML_MEMORY_LOCATION_DRAM)

@@ -4,9 +4,10 @@ slurmd runs it as root with SLURMD_NODENAME, SLURM_JOB_ID, SLURM_JOB_USER, SLURM
 SLURM_JOB_GPUS when the job had GPUs through gres) and no PATH. Three checks, each a pure verdict
 over one fresh NVML snapshot and the prolog's snapshot of the same job:
 
-  gpu_released    no compute process still alive on the job's GPUs (after process_grace
-                  seconds for exiting processes to let go); without SLURM_JOB_GPUS every GPU is
-                  the job's (whole-node jobs)
+  gpu_released    no compute process still alive on the job's GPUs and no more than
+                  memory_used_max_mib of device memory in use on each of them (after
+                  process_grace seconds for exiting processes to let go); without
+                  SLURM_JOB_GPUS every GPU is the job's (whole-node jobs)
   xid_during_job  no fatal XID (the XID policy's, or [epilog] fatal_xids) reported by NVML
                   on any GPU since the prolog; other new XIDs are warnings
   ecc_during_job  no new uncorrectable ECC errors or remapped rows since the prolog; new
@@ -38,6 +39,10 @@ class EpilogSection:
     enabled: bool = True
     # Seconds to wait for a job's processes to release the GPUs before calling them leftovers.
     process_grace: float = 5.0
+    # MiB of device memory a job's GPU may still show in use after process_grace. An idle GPU
+    # already reports a few hundred MiB (driver and context reservations, counted in NVML's
+    # "used"); a leaked allocation or an orphaned context is usually far above 1024.
+    memory_used_max_mib: int = 1024
     # XIDs during a job that drain the node; [] = the fatal set of the XID policy ([xid]
     # policy_file, policy "default"), so the epilog and the periodic check agree.
     fatal_xids: list[int] = field(default_factory=list)
@@ -45,6 +50,8 @@ class EpilogSection:
     def validate(self) -> None:
         if self.process_grace < 0:
             raise ValueError(f"process_grace: must be >= 0, got {self.process_grace}")
+        if self.memory_used_max_mib < 0:
+            raise ValueError(f"memory_used_max_mib: must be >= 0, got {self.memory_used_max_mib}")
 
 
 # --- pure verdicts -------------------------------------------------------------------------------
@@ -59,14 +66,24 @@ def job_gpu_indices(env_value: str | None, all_indices: Iterable[int]) -> set[in
 
 
 def verdict_released(gpus: list[dict[str, Any]], job_gpus: set[int],
-                     alive: Callable[[int], bool]) -> Outcome:
-    leftovers = [(g["index"], pid) for g in gpus if g["index"] in job_gpus
+                     alive: Callable[[int], bool], memory_max_mib: int) -> Outcome:
+    """A live process names the culprit, so it is reported first; memory still held with no
+    live process (an orphaned context, a driver that did not free) is the next failure."""
+    mine = [g for g in gpus if g["index"] in job_gpus]
+    leftovers = [(g["index"], pid) for g in mine
                  for pid in g.get("compute_pids", ()) if alive(pid)]
     if leftovers:
         gpu, pid = leftovers[0]
         more = f" (+{len(leftovers) - 1} more)" if len(leftovers) > 1 else ""
         return failed("gpu_released", f"gpu{gpu} pid {pid} still running{more}", "reboot",
                       leftovers=[list(x) for x in leftovers])
+    held = [(g["index"], int(g.get("memory_used_mib", 0))) for g in mine
+            if int(g.get("memory_used_mib", 0)) > memory_max_mib]
+    if held:
+        gpu, mib = held[0]
+        more = f" (+{len(held) - 1} more)" if len(held) > 1 else ""
+        return failed("gpu_released", f"gpu{gpu} {mib} MiB still in use{more}", "reboot",
+                      memory_used_mib=[list(x) for x in held])
     return passed("gpu_released", f"{len(job_gpus)} GPUs free")
 
 
@@ -145,6 +162,7 @@ def _gpus(cfg, node: str) -> list[dict[str, Any]]:
     out = gpu_snapshot(snap)["gpus"]
     for g, gpu in zip(out, snap.gpus, strict=True):
         g["compute_pids"] = list(gpu.compute_pids)
+        g["memory_used_mib"] = gpu.memory_used_mib
     return out
 
 
@@ -163,11 +181,12 @@ def run_epilog(cfg, node: str, job: str, job_gpus_env: str | None) -> tuple[int,
         gpus = _gpus(cfg, node)
         mine = job_gpu_indices(job_gpus_env, (g["index"] for g in gpus))
         deadline = time.monotonic() + cfg.epilog.process_grace
-        released = verdict_released(gpus, mine, _alive)
+        limit = cfg.epilog.memory_used_max_mib
+        released = verdict_released(gpus, mine, _alive, limit)
         while released.failed and time.monotonic() < deadline:
             time.sleep(0.5)
             gpus = _gpus(cfg, node)
-            released = verdict_released(gpus, mine, _alive)
+            released = verdict_released(gpus, mine, _alive, limit)
         outcomes = [released, verdict_xids(before, gpus, fatal_xids(cfg)),
                     verdict_ecc(before, gpus)]
     except AirlockError as exc:  # nvml timeout or error: the GPUs cannot be vouched for

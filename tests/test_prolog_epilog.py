@@ -40,9 +40,27 @@ def test_job_gpus_from_env_or_whole_node():
 def test_released_only_counts_live_processes_on_the_jobs_gpus():
     gpus = [_gpu(0, compute_pids=[11]), _gpu(1, compute_pids=[22, 33])]
     alive = {22, 33}.__contains__
-    assert epilog.verdict_released(gpus, {0}, alive).verdict.value == "pass"
-    out = epilog.verdict_released(gpus, {0, 1}, alive)
+    assert epilog.verdict_released(gpus, {0}, alive, 1024).verdict.value == "pass"
+    out = epilog.verdict_released(gpus, {0, 1}, alive, 1024)
     assert out.failed and out.detail == "gpu1 pid 22 still running (+1 more)"
+
+
+def test_released_fails_on_memory_still_used_on_the_jobs_gpus():
+    gpus = [_gpu(0, memory_used_mib=512), _gpu(1, memory_used_mib=1024),
+            _gpu(2, memory_used_mib=12345), _gpu(3, memory_used_mib=2048)]
+    never = set().__contains__
+    # driver/context reservations up to the threshold (inclusive) are a free GPU
+    assert epilog.verdict_released(gpus, {0, 1}, never, 1024).verdict.value == "pass"
+    out = epilog.verdict_released(gpus, {0, 1, 2, 3}, never, 1024)
+    assert out.failed and out.detail == "gpu2 12345 MiB still in use (+1 more)"
+    assert out.figures["memory_used_mib"] == [[2, 12345], [3, 2048]]
+    # another job's GPU holding memory is not this job's failure
+    assert epilog.verdict_released(gpus, {0}, never, 1024).verdict.value == "pass"
+    assert epilog.verdict_released(gpus, {0}, never, 256).detail == "gpu0 512 MiB still in use"
+    # a live process is the more precise culprit and is named first
+    held = [_gpu(2, memory_used_mib=12345, compute_pids=[77])]
+    assert epilog.verdict_released(held, {2}, {77}.__contains__, 1024).detail == \
+        "gpu2 pid 77 still running"
 
 
 def test_xids_new_fatal_fails_old_or_benign_does_not():
@@ -76,6 +94,9 @@ def test_sections_validate():
         config_mod.from_dict({"prolog": {"budget": 0}})
     with pytest.raises(config_mod.ConfigError, match=r"\[epilog\] process_grace"):
         config_mod.from_dict({"epilog": {"process_grace": -1}})
+    with pytest.raises(config_mod.ConfigError, match=r"\[epilog\] memory_used_max_mib"):
+        config_mod.from_dict({"epilog": {"memory_used_max_mib": -1}})
+    assert config_mod.from_dict({}).epilog.memory_used_max_mib == 1024
     assert epilog.fatal_xids(config_mod.from_dict({"epilog": {"fatal_xids": [79]}})) == {79}
     default = epilog.fatal_xids(config_mod.from_dict({}))  # the XID policy's fatal set
     assert 79 in default and 13 not in default
@@ -173,3 +194,24 @@ def test_epilog_finds_leftover_process(cluster):
         except ProcessLookupError:
             pass
         cluster.set_node_sim("node2", gpus=healthy_gpus(8))
+        cluster.slurm.resume("node2")
+
+
+@pytest.mark.cluster
+def test_epilog_finds_memory_not_freed(cluster):
+    _wait_idle(cluster, ["node2"])
+    # GPU 2 keeps 12345 MiB in use with no process left on it (an orphaned allocation). The
+    # quick level does not read memory use, so the prolog passes and only the epilog sees it.
+    gpus = healthy_gpus(8)
+    gpus[2]["memory_used_mib"] = 12345
+    cluster.set_node_sim("node2", gpus=gpus)
+    try:
+        job = cluster.sbatch("sleep 1", "-w", "node2")
+        node = cluster.wait(lambda: (lambda n: n if n.reason.startswith("airlock: FAIL") else None)
+                            (cluster.node("node2")), 40, "node2 drained by the epilog")
+        assert node.reason == (f"airlock: FAIL gpu_released gpu2 12345 MiB still in use "
+                               f"(epilog job {job})")
+        assert node.drained
+    finally:
+        cluster.set_node_sim("node2", gpus=healthy_gpus(8))
+        cluster.slurm.resume("node2")
