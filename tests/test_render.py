@@ -1,9 +1,13 @@
 """`airlock render`: the committed slurm.conf.d fragment is exactly what the template renders,
-bad values are one-line errors, and the other renderings are complete. (That Slurm accepts the
-rendered fragment is proved in test_doctor.py, whose cluster Includes it.)"""
+bad values are one-line errors, the systemd unit runs `airlock recover` with the config and
+parses as a unit (configparser; systemd-analyze verify where installed), and the example config
+is valid. (That Slurm accepts the rendered fragment is proved in test_doctor.py, whose cluster
+Includes it.)"""
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from airlock import render
+from airlock.config import DEFAULT_PATH
 from airlock.errors import AirlockError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -79,3 +84,82 @@ def test_example_config_is_valid(tmp_path):
     cfg = config_mod.load(path)
     for name in config_mod.SECTIONS:
         cfg.section(name)
+
+
+# --- the recovery service's systemd unit ------------------------------------------------------
+# No rendered copy of the unit is shipped in the repository (only the template), so there is no
+# drift to test: `airlock render systemd` is the one way to get it.
+
+
+def _unit(text: str):
+    import configparser
+
+    # systemd's syntax: "=" only, repeatable keys, case-sensitive keys, no interpolation
+    unit = configparser.ConfigParser(strict=False, interpolation=None, delimiters=("=",))
+    unit.optionxform = str
+    unit.read_string(text)
+    return unit
+
+
+def test_systemd_unit_runs_recover_with_the_config():
+    unit = _unit(render.systemd_unit("/opt/airlock/bin/airlock", "/srv/airlock/airlock.toml"))
+    assert unit.sections() == ["Unit", "Service", "Install"]
+    service = unit["Service"]
+    assert service["ExecStart"] == "/opt/airlock/bin/airlock recover"
+    assert service["Environment"] == "AIRLOCK_CONFIG=/srv/airlock/airlock.toml"
+    assert service["User"] == "root"
+    assert service["StateDirectory"] == "airlock"  # /var/lib/airlock, the default db's folder
+    assert service["Restart"] == "on-failure"
+    assert unit["Unit"]["Documentation"] == "file:///srv/airlock/airlock.toml"
+    assert "slurmctld.service" in unit["Unit"]["After"].split()
+    assert unit["Install"]["WantedBy"] == "multi-user.target"
+
+
+def test_systemd_unit_optional_variables():
+    unit = _unit(render.systemd_unit("/usr/bin/airlock", "/etc/airlock/airlock.toml",
+                                     user="slurm", interval=15,
+                                     state_dir="/var/lib/airlock-recovery"))
+    assert unit["Service"]["ExecStart"] == "/usr/bin/airlock recover --interval 15"
+    assert unit["Service"]["User"] == "slurm"
+    assert unit["Service"]["StateDirectory"] == "airlock-recovery"
+
+
+def test_systemd_unit_passes_systemd_analyze_verify(tmp_path):
+    """systemd's own parser, where the machine has it (Debian's `systemd` package): no error and
+    no warning (an unknown key or a bad value is only a warning there). The unit must name an
+    executable that exists, so it points at this install's `airlock`."""
+    airlock_bin = shutil.which("airlock") or str(Path(sys.executable).with_name("airlock"))
+    assert os.access(airlock_bin, os.X_OK), f"no airlock entry point at {airlock_bin}"
+    path = tmp_path / "airlock-recover.service"
+    path.write_text(render.systemd_unit(airlock_bin, "/etc/airlock/airlock.toml"))
+    assert _unit(path.read_text())["Service"]["ExecStart"] == f"{airlock_bin} recover"
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:  # the configparser checks above still ran
+        return
+    run = subprocess.run([analyze, "verify", str(path)], capture_output=True, text=True,
+                         timeout=60)
+    assert run.returncode == 0 and not run.stderr.strip(), run.stderr
+    # and the check is real: the same verify rejects a unit whose ExecStart cannot run
+    path.write_text(render.systemd_unit(str(tmp_path / "missing" / "airlock"),
+                                        "/etc/airlock/airlock.toml"))
+    bad = subprocess.run([analyze, "verify", str(path)], capture_output=True, text=True,
+                         timeout=60)
+    assert bad.returncode != 0 and "is not executable" in bad.stderr
+
+
+def test_systemd_cli_writes_the_unit(tmp_path):
+    out = tmp_path / "airlock-recover.service"
+    run = subprocess.run([sys.executable, "-m", "airlock.cli", "render", "systemd",
+                          "--airlock-bin", "/opt/x/bin/airlock", "--airlock-config",
+                          "/etc/x/airlock.toml", "-o", str(out)], capture_output=True,
+                         text=True, timeout=30)
+    assert run.returncode == 0, run.stderr
+    assert out.read_text() == render.systemd_unit("/opt/x/bin/airlock", "/etc/x/airlock.toml")
+    assert [p.name for p in tmp_path.iterdir()] == ["airlock-recover.service"]
+    # without --airlock-bin the unit runs the airlock found on PATH, by its absolute path
+    found = subprocess.run([sys.executable, "-m", "airlock.cli", "render", "systemd"],
+                           capture_output=True, text=True, timeout=30)
+    assert found.returncode == 0, found.stderr
+    exec_start = _unit(found.stdout)["Service"]["ExecStart"]
+    assert exec_start.endswith("/airlock recover") and exec_start.startswith("/")
+    assert _unit(found.stdout)["Service"]["Environment"] == f"AIRLOCK_CONFIG={DEFAULT_PATH}"
