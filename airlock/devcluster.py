@@ -5,6 +5,11 @@ host (`slurmd -N name`), each on its own port; every daemon and file lives under
 touches /etc. Every process started here carries AIRLOCK_DEVCLUSTER=<root> in its environment,
 which is how stop() finds and kills leftovers (slurmstepd outlives a killed slurmd, and so do
 Airlock's detached suites) without touching anything else on the machine.
+
+Cloud nodes (`cloud=[...]`) are declared State=CLOUD with power saving on: they start powered
+down; the ResumeProgram starts a node's slurmd as a freshly booted new instance and the
+SuspendProgram releases it (slurmd stopped, its Airlock processes killed, its simulated GPUs
+back to the healthy image a new instance gets).
 """
 
 from __future__ import annotations
@@ -22,10 +27,11 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from airlock.slurm import Node, Slurm
+from airlock.slurm import Node, Slurm, expand
 
 MARKER = "AIRLOCK_DEVCLUSTER"
 REBOOT_OFF_S = 3.0  # how long the RebootProgram's "machine" stays off
+POWER_ON_S = 2.0  # how long a new cloud instance takes to boot before its slurmd starts
 
 
 def free_port() -> int:
@@ -59,6 +65,9 @@ class DevCluster:
         airlock: dict[str, Any] | None = None,
         partitions: dict[str, list[str]] | None = None,
         features: dict[str, list[str]] | None = None,
+        cloud: Iterable[str] = (),
+        suspend_time: int = 3600,
+        suspend_timeout: int = 5,
     ):
         self.root = Path(root).resolve()
         self.nodes = list(nodes)
@@ -68,18 +77,23 @@ class DevCluster:
         self.airlock_extra = airlock or {}
         self.partitions = partitions or {}
         self.features = features or {}
+        self.cloud = list(cloud)
+        # Long by default: an idle cloud node must not power down on its own during a test.
+        self.suspend_time = suspend_time
+        self.suspend_timeout = suspend_timeout
         self.ports = {n: free_port() for n in self.all_nodes}
         self.ctld_port = free_port()
         self.conf = self.root / "slurm.conf"
         self.airlock_conf = self.root / "airlock.toml"
         self.sim_file = self.root / "gpus.json"
+        self.image_file = self.root / "cloud-image.json"
         self.munge_socket = self.root / "munge" / "run" / "munge.socket"
         self.slurm = Slurm(conf=str(self.conf), timeout=15)
         self._started = False
 
     @property
     def all_nodes(self) -> list[str]:
-        return self.nodes + self.future
+        return self.nodes + self.future + self.cloud
 
     # --- layout ------------------------------------------------------------------------------
     def env(self, **extra: str) -> dict[str, str]:
@@ -105,6 +119,10 @@ class DevCluster:
         self.write_airlock_config()
         if not self.sim_file.exists():
             self.write_sim({n: {"gpus": healthy_gpus(self.gpus_per_node)} for n in self.all_nodes})
+        if self.cloud and not self.image_file.exists():
+            # What a new instance of each cloud node looks like (the SuspendProgram restores it).
+            self.image_file.write_text(json.dumps(
+                {n: {"gpus": healthy_gpus(self.gpus_per_node)} for n in self.cloud}, indent=1))
 
     def _write_hooks(self) -> None:
         py = sys.executable
@@ -116,9 +134,11 @@ class DevCluster:
             ("prolog", "airlock.hooks.prolog"),
             ("epilog", "airlock.hooks.epilog"),
             ("reboot", "airlock.devcluster"),
+            ("suspend", "airlock.devcluster"),
+            ("resume", "airlock.devcluster"),
         ):
             script = self.root / "bin" / name
-            extra = " reboot-program" if name == "reboot" else ""
+            extra = f" {name}-program" if target == "airlock.devcluster" else ""
             script.write_text(
                 textwrap.dedent(f"""\
                 #!/bin/sh
@@ -175,9 +195,26 @@ class DevCluster:
             f"Epilog={r}/bin/epilog",
             "PrologEpilogTimeout=60",
         ]
+        if self.cloud:
+            # Power saving: slurmctld runs these with a hostlist expression of node names.
+            lines += [
+                f"SuspendProgram={r}/bin/suspend",
+                f"ResumeProgram={r}/bin/resume",
+                f"SuspendTime={self.suspend_time}",
+                f"SuspendTimeout={self.suspend_timeout}",
+                "SuspendRate=0",
+                "ResumeRate=0",
+                # the power_save thread's default 10 s period would dominate a test's runtime
+                "SlurmctldParameters=power_save_interval=1",
+                # without it a powered-down cloud node is missing from scontrol's output, even
+                # for root, and Airlock cannot follow it through a replacement
+                "PrivateData=cloud",
+            ]
+            if self.nodes + self.future:
+                lines.append(f"SuspendExcNodes={','.join(self.nodes + self.future)}")
         for n in self.all_nodes:
             feats = ",".join(self.features.get(n, ["gpu"]))
-            state = "FUTURE" if n in self.future else "UNKNOWN"
+            state = "FUTURE" if n in self.future else "CLOUD" if n in self.cloud else "UNKNOWN"
             lines.append(
                 f"NodeName={n} NodeHostname=localhost NodeAddr=127.0.0.1 Port={self.ports[n]} "
                 f"CPUs=1 RealMemory=1000 Features={feats} State={state}"
@@ -297,6 +334,17 @@ class DevCluster:
                 killed.append(pid)
         return killed
 
+    def release_instance(self, name: str) -> None:
+        """A cloud node's instance goes away: slurmd and Airlock's processes end, and its
+        simulated GPUs become what a new instance will have (healthy unless the image says)."""
+        self.stop_node(name)
+        self.kill_node_processes(name)
+        image = json.loads(self.image_file.read_text()) if self.image_file.exists() else {}
+        if name in image:
+            nodes = self.read_sim()
+            nodes[name] = image[name]
+            self.write_sim(nodes)
+
     def restart_node(self, name: str, fresh_boot: bool = True, wait: bool = True) -> None:
         self.stop_node(name)
         self.start_node(name, wait=wait, fresh_boot=fresh_boot)
@@ -385,6 +433,7 @@ class DevCluster:
         self.conf = self.root / "slurm.conf"
         self.airlock_conf = self.root / "airlock.toml"
         self.sim_file = self.root / "gpus.json"
+        self.image_file = self.root / "cloud-image.json"
         self.munge_socket = self.root / "munge" / "run" / "munge.socket"
         self.slurm = Slurm(conf=str(self.conf), timeout=15)
         self._started = True
@@ -501,6 +550,33 @@ def reboot_program() -> int:
     return 0
 
 
+def power_program(verb: str, args: list[str]) -> int:
+    """SuspendProgram / ResumeProgram for the dev cluster's cloud nodes.
+
+    slurmctld passes one hostlist expression of node names. Suspend releases each instance
+    before returning. Resume must return quickly, so a detached child boots the new instances
+    (a fresh boot clock, as a new machine) while this process exits.
+    """
+    root = os.environ.get(MARKER)
+    if not root or len(args) != 1:
+        print(f"airlock devcluster {verb}: expected one node list from a dev-cluster slurmctld",
+              file=sys.stderr)
+        return 1
+    names = expand(args[0])
+    cluster = DevCluster.attach(root)
+    if verb == "suspend":
+        for name in names:
+            cluster.release_instance(name)
+        return 0
+    if os.fork() == 0:
+        os.setsid()
+        time.sleep(POWER_ON_S)
+        for name in names:
+            cluster.start_node(name, wait=False, fresh_boot=True)
+        os._exit(0)
+    return 0
+
+
 def _ppid(pid: int) -> int:
     try:
         with open(f"/proc/{pid}/stat") as fh:
@@ -514,5 +590,8 @@ def _ppid(pid: int) -> int:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["reboot-program"]:
         sys.exit(reboot_program())
-    print("usage: python -m airlock.devcluster reboot-program", file=sys.stderr)
+    if sys.argv[1:2] in (["suspend-program"], ["resume-program"]):
+        sys.exit(power_program(sys.argv[1].split("-")[0], sys.argv[2:]))
+    print("usage: python -m airlock.devcluster reboot-program|suspend-program NODES|"
+          "resume-program NODES", file=sys.stderr)
     sys.exit(2)

@@ -142,11 +142,18 @@ class HyperpodSlurm(Provider):
 
 class SlurmPower(Provider):
     """For State=CLOUD nodes: force a power-down (SuspendProgram releases the instance), then
-    power the node up again (ResumeProgram brings a fresh one) once it is down."""
+    power the node up again (ResumeProgram brings a fresh one) once it is down.
+
+    Slurm 22.05 drops DRAIN when the power-down starts and the reason at POWER_UP, so the
+    proof of a new instance is its boot time, as for a reboot. The site needs
+    PrivateData=cloud: without it a powered-down cloud node vanishes from scontrol's output.
+    """
 
     name = "slurm-power"
     actions = ("replace",)
     DOWN = frozenset({"POWERED_DOWN", "POWER_DOWN", "POWERING_DOWN"})
+    # A node powering up (or queued to) after the case opened was powered down since.
+    UP = frozenset({"POWER_UP", "POWERING_UP"})
 
     def __init__(self, slurm):
         self.slurm = slurm
@@ -169,10 +176,11 @@ class SlurmPower(Provider):
         return out
 
     def lookup(self, action: str, target: Target, obs: Obs | None) -> bool:
-        return obs is not None and bool(obs.flags & self.DOWN)
+        return obs is not None and bool(obs.flags & (self.DOWN | self.UP))
 
     def progress(self, case, obs: Obs | None) -> str | None:
-        if obs is None or "POWERED_DOWN" not in obs.flags or "POWERING_UP" in obs.flags:
+        # POWERED_DOWN+POWER_UP: asked already, the power_save thread has not run ResumeProgram
+        if obs is None or "POWERED_DOWN" not in obs.flags or obs.flags & self.UP:
             return None
         self.slurm.scontrol("update", f"nodename={case.node}", "state=POWER_UP")
         return "state=POWER_UP"
