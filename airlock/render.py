@@ -77,6 +77,16 @@ def slurm_conf(bin_dir: str = DEFAULT_BIN_DIR, interval: int = 300, node_state: 
 def systemd_unit(airlock_bin: str = "", config: str = DEFAULT_PATH, **extra: Any) -> str:
     airlock_bin = airlock_bin or shutil.which("airlock") or os.path.join(DEFAULT_BIN_DIR,
                                                                          "airlock")
+    # systemd splits Environment=/Documentation= on spaces and wants StateDirectory= relative
+    # to /var/lib: refuse what it would silently misread.
+    for key, path in (("airlock executable", airlock_bin), ("config", config),
+                      ("state_dir", extra.get("state_dir") or "/var/lib/airlock")):
+        if not os.path.isabs(path) or any(c.isspace() for c in path):
+            raise AirlockError(f"{key} {path!r}: must be an absolute path without spaces")
+    state_dir = extra.get("state_dir")
+    if state_dir and not state_dir.startswith("/var/lib/"):
+        raise AirlockError(f"state_dir {state_dir!r}: systemd's StateDirectory= lives under "
+                           "/var/lib/")
     return render_template("airlock-recover.service.j2", airlock_bin=airlock_bin, config=config,
                            **extra)
 

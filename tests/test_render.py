@@ -163,3 +163,18 @@ def test_systemd_cli_writes_the_unit(tmp_path):
     exec_start = _unit(found.stdout)["Service"]["ExecStart"]
     assert exec_start.endswith("/airlock recover") and exec_start.startswith("/")
     assert _unit(found.stdout)["Service"]["Environment"] == f"AIRLOCK_CONFIG={DEFAULT_PATH}"
+
+
+def test_systemd_unit_refuses_paths_systemd_would_misread():
+    import pytest as _pytest
+
+    from airlock.errors import AirlockError
+    from airlock.render import systemd_unit
+
+    for kwargs, needle in (
+        ({"config": "/etc/air lock/airlock.toml"}, "without spaces"),
+        ({"config": "airlock.toml"}, "absolute path"),
+        ({"state_dir": "/srv/airlock"}, "StateDirectory"),
+    ):
+        with _pytest.raises(AirlockError, match=needle):
+            systemd_unit("/usr/local/bin/airlock", **kwargs)
