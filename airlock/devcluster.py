@@ -369,7 +369,14 @@ class DevCluster:
                 cmd = _cmdline(pid)
                 if cmd and name in Path(cmd[0]).name:
                     _kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and _pids_with_marker(str(self.root)):
+            time.sleep(0.1)
+        # Jobs' processes and detached suites do not go with the daemons; they get a moment
+        # to exit cleanly, then SIGKILL.
+        for pid in _pids_with_marker(str(self.root)):
+            _kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 2
         while time.monotonic() < deadline and _pids_with_marker(str(self.root)):
             time.sleep(0.1)
         for pid in _pids_with_marker(str(self.root)):

@@ -102,12 +102,13 @@ def test_busy_node_is_waited_for_then_skipped_and_other_jobs_run_undisturbed(fou
 
 
 def test_second_concurrent_request_is_refused(four):
-    four.write_files()
-    four.set_node_sim("node1", faults={"group_slow": "3"})
     four.start()
     wait_all_resumed(four, ["node1", "node2", "node3", "node4"])
+    busy = four.sbatch("sleep 40", "-w", "node2")
+    four.wait(lambda: four.job(busy)["JobState"] == "RUNNING", 30, "job running")
+    # The first run waits for node2's job, holding the cluster-wide on-demand lock meanwhile.
     first = subprocess.Popen([sys.executable, "-m", "airlock", "check", "--nodes", "node[1-2]",
-                              "--only", "gpu_count", "--only", "group_allreduce"],
+                              "--only", "gpu_count", "--wait-jobs", "0.2"],
                              env=four.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True)
     four.wait(lambda: "airlock_ondemand" in four.run(["scontrol", "show", "reservation"]),
@@ -116,8 +117,12 @@ def test_second_concurrent_request_is_refused(four):
     assert second.returncode == 4
     assert "another on-demand check is running" in second.stderr
     assert "Traceback" not in second.stderr
-    first.communicate(timeout=300)
-    assert first.returncode in (0, 1, 3)
+    out, err = first.communicate(timeout=120)
+    assert first.returncode == 3, out + err  # node2 skipped (busy), node1 passed
+    assert "No reservations" in four.run(["scontrol", "show", "reservation"])
+    # Now that the lock is free, the same request goes through.
+    third = airlock_check(four, "--nodes", "node[3-4]", "--only", "gpu_count")
+    assert third.returncode == 0, third.stdout + third.stderr
 
 
 def test_two_nodes_joining_together_are_tested_as_a_group(cluster_factory):
