@@ -31,7 +31,10 @@ from airlock.slurm import Node, Slurm, expand
 
 MARKER = "AIRLOCK_DEVCLUSTER"
 REBOOT_OFF_S = 3.0  # how long the RebootProgram's "machine" stays off
-POWER_ON_S = 2.0  # how long a new cloud instance takes to boot before its slurmd starts
+# How long a new cloud instance takes to boot before its slurmd starts. slurmctld ignores a
+# powering-up node's registration while its (whole-second) boot time is older than the power-up;
+# the fresh boot clock starts 1-2 s in the past and slurmd rounds its uptime, hence 4 s.
+POWER_ON_S = 4.0
 
 
 def free_port() -> int:
@@ -139,13 +142,15 @@ class DevCluster:
         ):
             script = self.root / "bin" / name
             extra = f" {name}-program" if target == "airlock.devcluster" else ""
+            # slurmctld runs the power programs with every descriptor closed: keep their words
+            log = f"exec >>{self.root}/log/{name}.out 2>&1\n" if name in ("suspend", "resume") \
+                else ""
             script.write_text(
                 textwrap.dedent(f"""\
                 #!/bin/sh
                 export AIRLOCK_CONFIG={self.airlock_conf}
                 export {MARKER}={self.root}
-                exec {py} -m {target}{extra} "$@"
-                """)
+                """) + log + f'exec {py} -m {target}{extra} "$@"\n'
             )
             script.chmod(0o755)
 
@@ -577,6 +582,9 @@ def power_program(verb: str, args: list[str]) -> int:
         return 0
     if os.fork() == 0:
         os.setsid()
+        # slurmctld runs us with most signals blocked; slurmd would inherit that and ignore
+        # SIGTERM, so the next SuspendProgram could not stop it
+        signal.pthread_sigmask(signal.SIG_SETMASK, set())
         time.sleep(POWER_ON_S)
         for name in names:
             cluster.start_node(name, wait=False, fresh_boot=True)
