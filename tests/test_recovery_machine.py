@@ -80,6 +80,19 @@ def test_timeouts_escalate_and_exhaust_to_manual():
     assert walk(s.case, obs(reason="", drained=False), 5001).case.state == m.RELEASED
 
 
+def test_a_node_gone_from_slurm_still_times_out_to_a_person():
+    lim = limits()
+    case = walk(None, obs(), 0).case
+    rq = case.to(m.REPLACE_REQUESTED, 10, action="replace", boot_before="B0")
+    assert walk(rq, None, 10 + lim.replace_timeout - 1).case is rq  # still waiting
+    s = walk(rq, None, 10 + lim.replace_timeout + 1)
+    assert s.case.state == m.MANUAL and s.want is None
+    req = case.to(m.REBOOT_REQUESTED, 10, action="reboot", boot_before="B0")
+    assert walk(req, None, 10 + lim.reboot_timeout + 1).case.state == m.DETECTED
+    detected = walk(None, obs(), 0).case
+    assert walk(detected, None, 10_000).case is detected  # nothing to act on: no action
+
+
 def test_classes_pick_the_ladder():
     xid = walk(None, obs(reason="airlock: FAIL xid XID 79 on gpu3"), 0).case
     assert xid.failure_class == "fatal-xid" and xid.ladder == ("replace",)

@@ -117,6 +117,17 @@ def _escalate(case: Case, now: float, why: str) -> Step:
     return Step(nxt.to(DETECTED, now, note=why), [("escalate", f"{why}; next: {nxt.next_action}")])
 
 
+def _boot_timeout(case: Case, now: float, limits) -> Step | None:
+    """A reboot or replacement whose new boot never showed up in time."""
+    limit = limits.reboot_timeout if case.state == REBOOT_REQUESTED else limits.replace_timeout
+    if now - case.since <= limit:
+        return None
+    if case.state == REBOOT_REQUESTED:
+        return _escalate(case, now, f"no new boot {limit:g}s after the reboot request")
+    return Step(case.to(MANUAL, now, note="replacement never registered"),
+                [("manual", f"no new instance {limit:g}s after the replace request")])
+
+
 def plan(case: Case | None, obs: Obs | None, now: float, policy, limits,
          owns_reason: Callable[[str], bool] = lambda _r: False) -> Step:
     """Move one node's case one step. `limits` is the [recovery] section (timeouts, windows)."""
@@ -127,6 +138,9 @@ def plan(case: Case | None, obs: Obs | None, now: float, policy, limits,
                                            f" ladder {list(new.ladder)})")], new=True)
         return Step(case)
     if obs is None:  # not in Slurm's list (a replacement may re-appear under the same name)
+        # ...but one that never does must still time out to a person, not wait forever.
+        if case.state in AWAITING_BOOT:
+            return _boot_timeout(case, now, limits) or Step(case)
         return Step(case)
     ours = obs.parsed is not None or owns_reason(obs.reason)
     if case.state not in AWAITING_BOOT and obs.drained and obs.reason and not ours:
@@ -159,13 +173,7 @@ def plan(case: Case | None, obs: Obs | None, now: float, policy, limits,
         if obs.free and not (obs.flags & REBOOT_FLAGS) and case.action == "reboot":
             return Step(case.to(RELEASED, now, note="resumed by someone else"),
                         [("released", "resumed before the reboot happened: hands off")])
-        limit = limits.reboot_timeout if st == REBOOT_REQUESTED else limits.replace_timeout
-        if now - case.since > limit:
-            if st == REBOOT_REQUESTED:
-                return _escalate(case, now, f"no new boot {limit:g}s after the reboot request")
-            return Step(case.to(MANUAL, now, note="replacement never registered"),
-                        [("manual", f"no new instance {limit:g}s after the replace request")])
-        return Step(case)
+        return _boot_timeout(case, now, limits) or Step(case)
 
     if st in AWAITING_VERDICT:
         if obs.failing:
