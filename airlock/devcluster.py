@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from airlock import tomlw
 from airlock.slurm import Node, Slurm, expand
 
 MARKER = "AIRLOCK_DEVCLUSTER"
@@ -244,7 +245,7 @@ class DevCluster:
                 base[key] = {**base[key], **value}
             else:
                 base[key] = value
-        self.airlock_conf.write_text(_toml(base))
+        self.airlock_conf.write_text(tomlw.document(base))
 
     # --- the simulated hardware ----------------------------------------------------------------
     def read_sim(self) -> dict[str, Any]:
@@ -456,37 +457,6 @@ class DevCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def _toml(data: dict[str, Any]) -> str:
-    """Just enough TOML writing for the generated config (strings, numbers, bools, lists)."""
-    lines, tables = [], []
-    for key, value in data.items():
-        if isinstance(value, dict):
-            tables.append((key, value))
-        else:
-            lines.append(f"{key} = {_toml_value(value)}")
-    for name, table in tables:
-        sub = {k: v for k, v in table.items() if not isinstance(v, dict)}
-        lines.append(f"\n[{name}]")
-        lines.extend(f"{k} = {_toml_value(v)}" for k, v in sub.items())
-        for k, v in table.items():
-            if isinstance(v, dict):
-                lines.append(f"\n[{name}.{k}]")
-                lines.extend(f"{kk} = {_toml_value(vv)}" for kk, vv in v.items())
-    return "\n".join(lines) + "\n"
-
-
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, str):
-        return json.dumps(value)
-    if isinstance(value, list):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    raise TypeError(f"cannot write {type(value).__name__} as TOML")
 
 
 def _pids_with_marker(root: str) -> list[int]:

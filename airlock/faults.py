@@ -21,8 +21,9 @@ Switches (name = value: effect):
   DEVICE is the index of a local device (cuda:N, or the CPU "device" cpuN); RANK is a local
   rank on the node whose switch it is (in a multi-node run, global rank = offset + RANK).
   flaky_check = CHECK           the named check fails on its first attempt only
-  recover_crash = POINT         airlock recover SIGKILLs itself at POINT: after_intent (intent
-                                committed, nothing sent) or after_submit (sent, answer not saved)
+  recover_crash = POINT[:ACTION] airlock recover SIGKILLs itself at POINT: after_intent (intent
+                                committed, nothing sent) or after_submit (sent, answer not saved),
+                                only for ACTION (reboot|replace) when given
 
 Hardware faults for the quick checks (ECC, row remap, XID, NVLink, lost GPU, hung NVML, ...) are
 not switches: they are fields of the node's GPUs in the NVML simulation file (airlock/nvml.py).

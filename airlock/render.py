@@ -16,6 +16,7 @@ import sys
 from importlib import resources
 from typing import Any
 
+from airlock import tomlw
 from airlock.config import DEFAULT_PATH
 from airlock.errors import AirlockError
 
@@ -91,23 +92,6 @@ def systemd_unit(airlock_bin: str = "", config: str = DEFAULT_PATH, **extra: Any
                            **extra)
 
 
-def _toml_value(value: Any) -> str:
-    import json
-
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, str):
-        return json.dumps(value)
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{json.dumps(str(k))} = {_toml_value(v)}"
-                               for k, v in value.items()) + "}"
-    raise AirlockError(f"cannot write {type(value).__name__} as TOML")
-
-
 def field_comments(cls: type) -> dict[str, str]:
     """Each dataclass field's comment in the source: the lines above it and its trailing one."""
     import inspect
@@ -161,7 +145,7 @@ def config_model() -> list[dict[str, Any]]:
             if dataclasses.is_dataclass(default):
                 subtables += table(f"{name}.{f.name}", type(default))
                 continue
-            keys.append({"key": f.name, "value": _toml_value(default),
+            keys.append({"key": f.name, "value": tomlw.value(default),
                          "comment": comments.get(f.name, "")})
         return [{"name": name, "keys": keys, "doc": (cls.__doc__ or "").strip()
                  if not (cls.__doc__ or "").startswith(cls.__name__ + "(") else ""},
@@ -170,7 +154,7 @@ def config_model() -> list[dict[str, Any]]:
     top = config_mod.TOP_LEVEL
     top_comments = _top_level_comments()
     model = [{"name": "", "doc": "", "keys": [
-        {"key": k, "value": _toml_value(d), "comment": top_comments.get(k, "")}
+        {"key": k, "value": tomlw.value(d), "comment": top_comments.get(k, "")}
         for k, (_t, d) in top.items()]}]
     for name, spec in config_mod.SECTIONS.items():
         model += table(name, config_mod._resolve(spec))

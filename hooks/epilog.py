@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airlock.checks.base import Outcome, failed, passed, skipped, warned
-from airlock.hooks.prolog import drain_failure, gpu_snapshot, jobs_dir, log
+from airlock.hooks.common import log
+from airlock.hooks.prolog import drain_failure, gpu_snapshot, jobs_dir
 
 from airlock import config as config_mod
 from airlock.errors import AirlockError

@@ -19,23 +19,11 @@ import subprocess
 import sys
 import time
 
+from airlock.hooks.common import log
+
 from airlock import config as config_mod
 from airlock import reasons
 from airlock.errors import AirlockError
-
-
-def _log(cfg, node: str, msg: str) -> None:
-    line = f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {node} {msg}\n"
-    sys.stderr.write(line)
-    if cfg is None:
-        return
-    try:
-        folder = cfg.log_dir.replace("{node}", node)
-        os.makedirs(folder, exist_ok=True)
-        with open(os.path.join(folder, "healthcheck.log"), "a") as fh:
-            fh.write(line)
-    except OSError:
-        pass
 
 
 def start_registration(cfg, node: str, run_id: str, trigger: str) -> int:
@@ -134,10 +122,10 @@ def main(argv: list[str] | None = None) -> int:
             raise AirlockError("SLURMD_NODENAME is not set and no node name was given")
         cfg = config_mod.load()
         msg = handle(cfg, node)
-        _log(cfg, node, f"{msg} ({time.monotonic() - started:.2f}s)")
+        log(cfg, node, "healthcheck", f"{msg} ({time.monotonic() - started:.2f}s)")
         return 0
     except AirlockError as exc:
-        _log(cfg, node or "?", f"error: {exc}")
+        log(cfg, node or "?", "healthcheck", f"error: {exc}")
         return 1
 
 

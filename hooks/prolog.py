@@ -19,6 +19,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from airlock.hooks.common import log
+
 from airlock import config as config_mod
 from airlock.errors import AirlockError
 
@@ -33,20 +35,6 @@ class PrologSection:
     def validate(self) -> None:
         if not self.budget > 0:
             raise ValueError(f"budget: must be > 0, got {self.budget}")
-
-
-def log(cfg, node: str, hook: str, msg: str) -> None:
-    line = f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {node} {hook}: {msg}\n"
-    sys.stderr.write(line)
-    if cfg is None:
-        return
-    try:
-        folder = cfg.log_dir.replace("{node}", node)
-        os.makedirs(folder, exist_ok=True)
-        with open(os.path.join(folder, f"{hook}.log"), "a") as fh:
-            fh.write(line)
-    except OSError:
-        pass
 
 
 def jobs_dir(cfg, node: str) -> Path:

@@ -52,10 +52,12 @@ def emit(out, **fields) -> None:
     out.flush()
 
 
-def crash_point(name: str) -> None:
-    """Fault switch recover_crash=POINT: SIGKILL this process there (tests prove that a kill at
-    the worst moments neither loses nor repeats an action)."""
-    if faults.parse(os.environ.get(faults.ENV_VAR, "")).get("recover_crash") == name:
+def crash_point(name: str, action: str = "") -> None:
+    """Fault switch recover_crash=POINT[:ACTION]: SIGKILL this process there (tests prove that a
+    kill at the worst moments neither loses nor repeats an action)."""
+    want = faults.parse(os.environ.get(faults.ENV_VAR, "")).get("recover_crash", "")
+    point, _, only = want.partition(":")
+    if point == name and (not only or only == action):
         os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -136,13 +138,14 @@ class Service:
         for case in d.cases.values():
             if case.state == m.REPLACE_REQUESTED and case.node not in [t.node for _, t in targets]:
                 self.follow_up(case, obs.get(case.node))
-        crash_point("after_intent")
+        for action in sorted({a for a, _ in targets}):
+            crash_point("after_intent", action)  # intents committed, nothing sent yet
         for action in ("reboot", "replace"):
             batch = [t for a, t in targets if a == action]
             if not batch:
                 continue
             results = self.send(action, batch)
-            crash_point("after_submit")
+            crash_point("after_submit", action)
             for t in batch:
                 res = results.get(t.node, Result(ERROR, "no answer from the provider"))
                 self.apply_result(t, action, res)
