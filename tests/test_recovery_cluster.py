@@ -9,6 +9,7 @@ import sys
 import time
 
 import pytest
+from recovery_db import case_state, db_rows
 
 from airlock.devcloud import FakeCloud
 from airlock.devcluster import healthy_gpus
@@ -62,22 +63,6 @@ def stop_service(proc: subprocess.Popen) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-
-
-def db_rows(path, sql, args=()):
-    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
-    try:
-        return db.execute(sql, args).fetchall()
-    finally:
-        db.close()
-
-
-def case_state(path, node):
-    try:
-        rows = db_rows(path, "SELECT state FROM cases WHERE node=?", (node,))
-    except sqlite3.OperationalError:
-        return None
-    return rows[0][0] if rows else None
 
 
 def reboots_queued(cluster, node: str) -> int:

@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import pytest
+from recovery_db import case_state, db_rows
 
 from airlock.devcluster import healthy_gpus
 
@@ -44,22 +45,6 @@ def power_config(tmp_path) -> dict:
         "refail_window": 120.0,  # the case stays "healthy" (not "done") while the test looks
     }
     return {"registration": {"level": "quick", "boot_tolerance": 2.0}, "recovery": rec}
-
-
-def db_rows(path, sql, args=()):
-    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
-    try:
-        return db.execute(sql, args).fetchall()
-    finally:
-        db.close()
-
-
-def case_state(path, node):
-    try:
-        rows = db_rows(path, "SELECT state FROM cases WHERE node=?", (node,))
-    except sqlite3.OperationalError:
-        return None
-    return rows[0][0] if rows else None
 
 
 def history(db) -> list[tuple[str, str]]:
