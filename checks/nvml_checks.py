@@ -35,6 +35,16 @@ def snapshot_or_outcome(ctx, check: str) -> Snapshot | Outcome:
         return verdict_nvml(None, exc, check=check)
 
 
+def alive_gpus_or_outcome(ctx, check: str) -> list[Gpu] | Outcome:
+    """The GPUs still on the bus, or the Outcome to return instead (no NVML data, no GPUs)."""
+    snap = snapshot_or_outcome(ctx, check)
+    if isinstance(snap, Outcome):
+        return snap
+    if not snap.gpus:
+        return skipped(check, "no GPUs")
+    return _alive(snap)
+
+
 def _alive(snap: Snapshot) -> list[Gpu]:
     return [g for g in snap.gpus if not g.lost]
 
@@ -125,13 +135,11 @@ def verdict_gpu_memory(gpus: Sequence[Gpu], expected_mib: int, tolerance_pct: fl
 
 
 def check_gpu_memory(ctx) -> Outcome:
-    snap = snapshot_or_outcome(ctx, "gpu_memory")
-    if isinstance(snap, Outcome):
-        return snap
-    if not snap.gpus:
-        return skipped("gpu_memory", "no GPUs")
+    gpus = alive_gpus_or_outcome(ctx, "gpu_memory")
+    if isinstance(gpus, Outcome):
+        return gpus
     p = ctx.profile
-    return verdict_gpu_memory(_alive(snap), p.memory_mib, p.get("memory_tolerance_pct", 1.0))
+    return verdict_gpu_memory(gpus, p.memory_mib, p.get("memory_tolerance_pct", 1.0))
 
 
 # --- ECC -----------------------------------------------------------------------------------------
@@ -154,13 +162,11 @@ def verdict_ecc(gpus: Sequence[Gpu], dram_max: int = 0, sram_max: int = 0) -> Ou
 
 
 def check_ecc(ctx) -> Outcome:
-    snap = snapshot_or_outcome(ctx, "ecc")
-    if isinstance(snap, Outcome):
-        return snap
-    if not snap.gpus:
-        return skipped("ecc", "no GPUs")
+    gpus = alive_gpus_or_outcome(ctx, "ecc")
+    if isinstance(gpus, Outcome):
+        return gpus
     p = ctx.profile
-    return verdict_ecc(_alive(snap), p.get("ecc_dram_max", 0), p.get("ecc_sram_max", 0))
+    return verdict_ecc(gpus, p.get("ecc_dram_max", 0), p.get("ecc_sram_max", 0))
 
 
 # --- retired pages and row remapping -------------------------------------------------------------
@@ -174,12 +180,10 @@ def verdict_retired_pages(gpus: Sequence[Gpu]) -> Outcome:
 
 
 def check_retired_pages(ctx) -> Outcome:
-    snap = snapshot_or_outcome(ctx, "retired_pages")
-    if isinstance(snap, Outcome):
-        return snap
-    if not snap.gpus:
-        return skipped("retired_pages", "no GPUs")
-    return verdict_retired_pages(_alive(snap))
+    gpus = alive_gpus_or_outcome(ctx, "retired_pages")
+    if isinstance(gpus, Outcome):
+        return gpus
+    return verdict_retired_pages(gpus)
 
 
 def verdict_row_remap(gpus: Sequence[Gpu]) -> Outcome:
@@ -197,12 +201,10 @@ def verdict_row_remap(gpus: Sequence[Gpu]) -> Outcome:
 
 
 def check_row_remap(ctx) -> Outcome:
-    snap = snapshot_or_outcome(ctx, "row_remap")
-    if isinstance(snap, Outcome):
-        return snap
-    if not snap.gpus:
-        return skipped("row_remap", "no GPUs")
-    return verdict_row_remap(_alive(snap))
+    gpus = alive_gpus_or_outcome(ctx, "row_remap")
+    if isinstance(gpus, Outcome):
+        return gpus
+    return verdict_row_remap(gpus)
 
 
 # --- NVLink --------------------------------------------------------------------------------------
@@ -299,13 +301,11 @@ def verdict_throttle(gpus: Sequence[Gpu], allowed: Sequence[str], warn: Sequence
 
 
 def check_throttle(ctx) -> Outcome:
-    snap = snapshot_or_outcome(ctx, "throttle")
-    if isinstance(snap, Outcome):
-        return snap
-    if not snap.gpus:
-        return skipped("throttle", "no GPUs")
+    gpus = alive_gpus_or_outcome(ctx, "throttle")
+    if isinstance(gpus, Outcome):
+        return gpus
     p = ctx.profile
-    return verdict_throttle(_alive(snap), p.get("throttle_allowed", []),
+    return verdict_throttle(gpus, p.get("throttle_allowed", []),
                             p.get("throttle_warn", []), p.get("throttle_fail", []))
 
 
@@ -345,9 +345,7 @@ def verdict_persistence(gpus: Sequence[Gpu], action: str = "warn") -> Outcome:
 
 
 def check_persistence(ctx) -> Outcome:
-    snap = snapshot_or_outcome(ctx, "persistence")
-    if isinstance(snap, Outcome):
-        return snap
-    if not snap.gpus:
-        return skipped("persistence", "no GPUs")
-    return verdict_persistence(_alive(snap), ctx.profile.get("persistence_mode", "warn"))
+    gpus = alive_gpus_or_outcome(ctx, "persistence")
+    if isinstance(gpus, Outcome):
+        return gpus
+    return verdict_persistence(gpus, ctx.profile.get("persistence_mode", "warn"))
