@@ -22,7 +22,7 @@ from airlock.errors import AirlockError
 
 LAZY = {
     "status": "airlock.status:status_cmd",
-    "demo": "airlock.demo:demo_cmd",
+    "demo": "airlock.dev.demo:demo_cmd",
     "recover": "airlock.recovery.cli:recover_cmd",
     "render": "airlock.render:render_cmd",
     "doctor": "airlock.doctor:doctor_cmd",

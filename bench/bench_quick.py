@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 
-from airlock.devcluster import healthy_gpus
+from airlock.dev.cluster import healthy_gpus
 
 # Runs one command and reports its wall time, CPU time and peak RSS (children only, so the
 # measuring interpreter itself is not counted).

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from airlock import config as config_mod
-from airlock.devcluster import DevCluster
+from airlock.dev.cluster import DevCluster
 from airlock.nodestate import NodeState
 from airlock.results import read_json
 

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from airlock.devcluster import DevCluster
+from airlock.dev.cluster import DevCluster
 
 REQUIRED = ("munged", "slurmctld", "slurmd", "scontrol", "sbatch")
 

@@ -15,7 +15,7 @@ import pytest
 from conftest import _require_slurm
 
 from airlock import doctor, render
-from airlock.devcluster import DevCluster
+from airlock.dev.cluster import DevCluster
 
 HOOK_KEYS = ("HealthCheckProgram", "HealthCheckInterval", "HealthCheckNodeState", "Prolog",
              "Epilog", "PrologEpilogTimeout")

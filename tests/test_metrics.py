@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from airlock import config as config_mod
 from airlock import metrics, results, status
-from airlock.devcluster import healthy_gpus
+from airlock.dev.cluster import healthy_gpus
 from airlock.slurm import Node
 
 

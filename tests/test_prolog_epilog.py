@@ -18,7 +18,7 @@ from airlock.hooks import epilog
 from conftest import _require_slurm
 
 from airlock import config as config_mod
-from airlock.devcluster import DevCluster, healthy_gpus
+from airlock.dev.cluster import DevCluster, healthy_gpus
 
 # --- pure verdicts ----------------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from airlock.devcluster import healthy_gpus
+from airlock.dev.cluster import healthy_gpus
 from airlock.render import systemd_unit
 
 

@@ -11,8 +11,8 @@ import time
 import pytest
 from recovery_db import case_state, db_rows
 
-from airlock.devcloud import FakeCloud
-from airlock.devcluster import healthy_gpus
+from airlock.dev.cloud import FakeCloud
+from airlock.dev.cluster import healthy_gpus
 from airlock.recovery.store import Store
 
 pytestmark = pytest.mark.cluster

@@ -13,7 +13,7 @@ import sys
 import pytest
 from recovery_db import case_state, db_rows
 
-from airlock.devcluster import healthy_gpus
+from airlock.dev.cluster import healthy_gpus
 
 pytestmark = pytest.mark.cluster
 

@@ -8,7 +8,7 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from airlock.devcloud import FakeCloud
+from airlock.dev.cloud import FakeCloud
 from airlock.errors import ConfigError
 from airlock.recovery import providers as pv
 from airlock.recovery.http_provider import HttpProvider

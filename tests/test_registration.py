@@ -8,7 +8,7 @@ import signal
 import time
 
 from airlock import config as config_mod
-from airlock.devcluster import healthy_gpus
+from airlock.dev.cluster import healthy_gpus
 from airlock.nodestate import NodeState, pid_alive
 
 

@@ -19,7 +19,7 @@ from conftest import _require_slurm
 
 from airlock import config as config_mod
 from airlock import results, status
-from airlock.devcluster import DevCluster, healthy_gpus
+from airlock.dev.cluster import DevCluster, healthy_gpus
 from airlock.slurm import Node
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"

@@ -137,12 +137,12 @@ class DevCluster:
             ("healthcheck", "airlock.hooks.healthcheck"),
             ("prolog", "airlock.hooks.prolog"),
             ("epilog", "airlock.hooks.epilog"),
-            ("reboot", "airlock.devcluster"),
-            ("suspend", "airlock.devcluster"),
-            ("resume", "airlock.devcluster"),
+            ("reboot", "airlock.dev.cluster"),
+            ("suspend", "airlock.dev.cluster"),
+            ("resume", "airlock.dev.cluster"),
         ):
             script = self.root / "bin" / name
-            extra = f" {name}-program" if target == "airlock.devcluster" else ""
+            extra = f" {name}-program" if target == "airlock.dev.cluster" else ""
             # slurmctld runs the power programs with every descriptor closed: keep their words
             log = f"exec >>{self.root}/log/{name}.out 2>&1\n" if name in ("suspend", "resume") \
                 else ""
@@ -158,7 +158,7 @@ class DevCluster:
     def slurm_conf(self) -> str:
         r = self.root
         lines = [
-            "# Written by airlock.devcluster: a throwaway test cluster on one machine.",
+            "# Written by airlock.dev.cluster: a throwaway test cluster on one machine.",
             "ClusterName=airlockdev",
             "SlurmctldHost=localhost",
             f"SlurmctldPort={self.ctld_port}",
@@ -516,7 +516,7 @@ def reboot_program() -> int:
         pid = _ppid(pid)
     root = os.environ.get(MARKER)
     if not name or not root:
-        print("airlock devcluster reboot: not called from a dev-cluster slurmd", file=sys.stderr)
+        print("airlock dev cluster reboot: not called from a dev-cluster slurmd", file=sys.stderr)
         return 1
     if os.fork() == 0:
         os.setsid()
@@ -541,7 +541,7 @@ def power_program(verb: str, args: list[str]) -> int:
     """
     root = os.environ.get(MARKER)
     if not root or len(args) != 1:
-        print(f"airlock devcluster {verb}: expected one node list from a dev-cluster slurmctld",
+        print(f"airlock dev cluster {verb}: expected one node list from a dev-cluster slurmctld",
               file=sys.stderr)
         return 1
     names = expand(args[0])
@@ -577,6 +577,6 @@ if __name__ == "__main__":
         sys.exit(reboot_program())
     if sys.argv[1:2] in (["suspend-program"], ["resume-program"]):
         sys.exit(power_program(sys.argv[1].split("-")[0], sys.argv[2:]))
-    print("usage: python -m airlock.devcluster reboot-program|suspend-program NODES|"
+    print("usage: python -m airlock.dev.cluster reboot-program|suspend-program NODES|"
           "resume-program NODES", file=sys.stderr)
     sys.exit(2)

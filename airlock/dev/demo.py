@@ -16,7 +16,7 @@ from pathlib import Path
 
 import click
 
-from airlock.devcluster import DevCluster, healthy_gpus
+from airlock.dev.cluster import DevCluster, healthy_gpus
 
 
 class Watch:
@@ -89,7 +89,7 @@ def run_demo(workdir: Path, keep: bool = False) -> int:
 
     from airlock import config as config_mod
     from airlock import status
-    from airlock.devcloud import FakeCloud
+    from airlock.dev.cloud import FakeCloud
 
     workdir.mkdir(parents=True, exist_ok=True)
     cloud = FakeCloud().start()

@@ -16,8 +16,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from airlock import devcluster
-from airlock.devcluster import healthy_gpus
+from airlock.dev import cluster as devcluster
+from airlock.dev.cluster import healthy_gpus
 
 
 class FakeCloud:
