@@ -57,8 +57,15 @@ class Node:
         return "+".join([self.state, *sorted(self.flags)])
 
     @property
+    def claim(self) -> reasons.Reason | None:
+        """Airlock's reason while it is in force: the node is drained (or failed) and the reason
+        carries the prefix. A reason on a node that is not drained is history, not a claim:
+        Slurm 23.11+ without an accounting plugin keeps the old reason after a resume."""
+        return reasons.parse(self.reason) if self.drained else None
+
+    @property
     def owned(self) -> bool:
-        return reasons.is_owned(self.reason)
+        return self.claim is not None
 
     @property
     def foreign_drain(self) -> bool:
@@ -270,11 +277,13 @@ class Slurm:
     def resume(self, name: str, only_if=None) -> DrainResult:
         """Resume a node only when Airlock's reason is in force (and only_if(reason) agrees)."""
         node = self.node(name)
-        if not node.reason and not node.drained:
+        if not node.drained:
+            # Also on 24.11 without accounting, where a resumed node keeps its old reason text:
+            # resuming it again would fail with "Invalid node state specified".
             return DrainResult(name, False, "not drained")
         if not node.owned:
             return DrainResult(name, False, f"kept foreign reason: {node.reason!r}")
-        parsed = reasons.parse(node.reason)
+        parsed = node.claim
         if only_if is not None and not only_if(parsed):
             return DrainResult(name, False, f"reason changed to {node.reason!r}")
         self.scontrol("update", f"nodename={name}", "state=resume")
