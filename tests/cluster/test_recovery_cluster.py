@@ -9,11 +9,11 @@ import sys
 import time
 
 import pytest
-from recovery_db import case_state, db_rows
 
 from airlock.dev.cloud import FakeCloud
 from airlock.dev.cluster import healthy_gpus
 from airlock.recovery.store import Store
+from tests.cluster.recovery_db import case_state, db_rows
 
 pytestmark = pytest.mark.cluster
 

@@ -10,7 +10,7 @@ from airlock import reasons
 from airlock.errors import SlurmError
 from airlock.slurm import expand, parse_node_line, parse_show_node
 
-DATA = Path(__file__).parent / "data" / "show_node_2205.txt"
+DATA = Path(__file__).parents[1] / "data" / "show_node_2205.txt"
 
 
 def test_recorded_output_parses_every_field_we_use():

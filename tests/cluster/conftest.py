@@ -1,6 +1,8 @@
-"""Shared fixtures. `cluster_factory` starts a real Slurm cluster (munged, slurmctld, slurmd per
-node) in a short temp dir (munge's socket path must stay under 108 bytes) and stops everything by
-PID afterwards, failing the test if any of its processes survive."""
+"""Cluster fixtures. Every test under tests/cluster/ is marked `cluster`.
+
+`cluster_factory` starts a real Slurm cluster (munged, slurmctld, slurmd per node) in a short
+temp dir (munge's socket path must stay under 108 bytes) and stops everything by PID afterwards,
+failing the test if any of its processes survive."""
 
 from __future__ import annotations
 
@@ -8,15 +10,24 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from airlock.dev.cluster import DevCluster
 
+
+def pytest_collection_modifyitems(config, items) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(item.fspath).parents:
+            item.add_marker(pytest.mark.cluster)
+
+
 REQUIRED = ("munged", "slurmctld", "slurmd", "scontrol", "sbatch")
 
 
-def _require_slurm() -> None:
+def require_slurm() -> None:
     path = os.environ.get("PATH", "") + ":/usr/sbin:/sbin"
     missing = [b for b in REQUIRED if shutil.which(b, path=path) is None]
     if missing:
@@ -25,7 +36,7 @@ def _require_slurm() -> None:
 
 @pytest.fixture
 def cluster_factory() -> Iterator:
-    _require_slurm()
+    require_slurm()
     made: list[tuple[DevCluster, str]] = []
 
     def make(start: bool = True, wait: bool = False, **kwargs) -> DevCluster:

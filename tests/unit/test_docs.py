@@ -13,7 +13,7 @@ from pathlib import Path
 from airlock import config as config_mod
 from airlock import render
 
-DOCS = Path(__file__).resolve().parent.parent / "docs"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 
 def code_keys() -> dict[str, set[str]]:

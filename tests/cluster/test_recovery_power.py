@@ -11,9 +11,9 @@ import subprocess
 import sys
 
 import pytest
-from recovery_db import case_state, db_rows
 
 from airlock.dev.cluster import healthy_gpus
+from tests.cluster.recovery_db import case_state, db_rows
 
 pytestmark = pytest.mark.cluster
 

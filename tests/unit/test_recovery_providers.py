@@ -161,18 +161,3 @@ def test_command_provider_argv_and_exit_codes(tmp_path):
         pv.Command(str(tmp_path / "calls"), 5)
 
 
-# --- against the real Slurm test cluster -------------------------------------------------------
-@pytest.mark.cluster
-def test_hyperpod_slurm_reason_exact_and_slurm_power_refuses_non_cloud(cluster_factory):
-    cluster = cluster_factory(nodes=["node1", "node2"], wait=True,
-                              airlock={"registration": {"level": "quick"}})
-    cluster.wait(lambda: not cluster.node("node1").drained, 30, "node1 resumed")
-    hp = pv.HyperpodSlurm(cluster.slurm)
-    assert hp.submit("replace", [t("node1")])["node1"].status == pv.ISSUED
-    n = cluster.node("node1")
-    assert n.reason == "Action:Replace" and "FAIL" in n.state_text
-    assert hp.lookup("replace", t("node1"), pv.Obs.from_node(n)) and hp.owns_reason(n.reason)
-    power = pv.SlurmPower(cluster.slurm)
-    res = power.submit("replace", [t("node2")])["node2"]
-    assert res.status == pv.REFUSED and "State=CLOUD" in res.message
-    assert not cluster.node("node2").reason.startswith("airlock: recover")

@@ -18,7 +18,7 @@ from airlock import render
 from airlock.config import DEFAULT_PATH
 from airlock.errors import AirlockError
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_committed_fragment_matches_template():

