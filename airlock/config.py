@@ -216,6 +216,11 @@ def from_dict(raw: dict[str, Any], path: str = "<dict>") -> Config:
     return Config(raw, path)
 
 
+def defaults(name: str) -> Any:
+    """A section with every default, for code that runs without a config file."""
+    return _resolve(SECTIONS[name])()
+
+
 def _resolve(spec: str) -> type:
     module, _, cls = spec.partition(":")
     return getattr(importlib.import_module(module), cls)

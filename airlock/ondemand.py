@@ -32,13 +32,11 @@ from typing import Any
 
 import click
 
-from airlock import reasons
+from airlock import protocol, reasons
 from airlock.culprit import find_culprits
 from airlock.errors import AirlockError, SlurmError
 from airlock.slurm import Node, Slurm, collect
 
-NODE_MARK = "AIRLOCK-NODE "
-GROUP_MARK = "AIRLOCK-GROUP "
 EXIT_PASS, EXIT_FAIL, EXIT_PARTIAL = 0, 1, 3
 GROUP_CHECK = "group_allreduce"  # --only name of the multi-node test
 
@@ -189,17 +187,6 @@ class Launcher:
             pass
 
 
-def parse_marked(text: str, mark: str) -> list[dict[str, Any]]:
-    out = []
-    for line in text.splitlines():
-        if line.startswith(mark):
-            try:
-                out.append(json.loads(line[len(mark):]))
-            except ValueError:
-                continue
-    return out
-
-
 def group_floor(cfg, profile_floor: float) -> float:
     return cfg.ondemand.group_busbw_floor_gbps or profile_floor
 
@@ -224,7 +211,7 @@ class GroupTester:
                 "--nodes", ",".join(nodes), "--level", self.level]
         rc, out, err = self.launcher.srun(nodes, args, self.cfg.ondemand.group_timeout,
                                           f"airlock-group-{self.count}")
-        results = parse_marked(out, GROUP_MARK)
+        results = protocol.all_of(out, protocol.GROUP)
         ok = rc == 0 and len(results) == len(nodes) and all(r["ok"] for r in results)
         detail = next((r["detail"] for r in results if not r["ok"]), "")
         if rc == 124:
@@ -303,7 +290,7 @@ def _local_level(cfg, launcher: Launcher, targets: dict[str, Target], ready: lis
     for o in only or []:
         args += ["--only", o]
     rc, out, err = launcher.srun(ready, args, cfg.ondemand.level_timeout, "airlock-check")
-    runs = {r["node"]: r for r in parse_marked(out, NODE_MARK)}
+    runs = {r["node"]: r for r in protocol.all_of(out, protocol.NODE)}
     passed = []
     for name in ready:
         t = targets[name]
@@ -402,7 +389,7 @@ def node_worker(level: str, only: list[str]) -> int:
         Store(cfg, node).write(run)
     except OSError as exc:
         print(f"airlock: {node}: results not saved: {exc}", file=sys.stderr)
-    print(NODE_MARK + json.dumps(run), flush=True)
+    protocol.emit(protocol.NODE, run)
     return 0
 
 
@@ -413,7 +400,7 @@ def group_worker(master: str, port: int, nodes: list[str], level: str) -> int:
     cfg = config_mod.load()
     node = os.environ.get("SLURMD_NODENAME") or os.uname().nodename
     result = groupcheck.run_member(cfg, node, nodes, master, port, level)
-    print(GROUP_MARK + json.dumps(result), flush=True)
+    protocol.emit(protocol.GROUP, result)
     return 0
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import os
 import signal
 import subprocess
@@ -26,14 +25,13 @@ from collections.abc import Callable
 from typing import Any
 
 from airlock import config as config_mod
-from airlock import reasons
+from airlock import protocol, reasons
 from airlock.checks import registry
 from airlock.checks.base import Outcome, Verdict, failed, passed, warned, worst
 from airlock.checks.context import Context
 from airlock.errors import AirlockError
 from airlock.results import Store, new_run_id
 
-RESULT_MARK = "AIRLOCK-RESULT "
 Progress = Callable[[str, str, dict[str, Any]], None]
 
 
@@ -74,18 +72,13 @@ def run_in_thread(spec: registry.CheckSpec, ctx: Context, timeout: float) -> Out
     return box["out"]
 
 
-PROGRESS_MARK = "AIRLOCK-PROGRESS "
-
-
 def _relay(stream, sink: list[str], check: str, progress: Progress | None) -> None:
     """Collect a child's stderr, passing its progress lines on as they arrive."""
     for line in stream:
-        if line.startswith(PROGRESS_MARK) and progress is not None:
-            _, _, payload = line[len(PROGRESS_MARK):].partition(" ")
-            try:
-                progress(check, "progress", json.loads(payload))
-            except ValueError:
-                pass
+        if line.startswith(protocol.PROGRESS):
+            found = protocol.parse(line, protocol.PROGRESS, tagged=True)
+            if found is not None and progress is not None:
+                progress(check, "progress", found[1])
             continue
         sink.append(line)
 
@@ -120,14 +113,13 @@ def run_isolated(spec: registry.CheckSpec, ctx: Context, timeout: float,
     for t in readers:
         t.join(5)
     out, err = "".join(out_lines), "".join(err_lines)
-    for line in reversed(out.splitlines()):
-        if line.startswith(RESULT_MARK):
-            try:
-                d = json.loads(line[len(RESULT_MARK):])
-                return Outcome(d["check"], Verdict(d["verdict"]), d.get("detail", ""),
-                               d.get("figures", {}), d.get("remediation", ""))
-            except (ValueError, KeyError):
-                break
+    d = protocol.last(out, protocol.RESULT)
+    if d is not None:
+        try:
+            return Outcome(str(d["check"]), Verdict(d["verdict"]), str(d.get("detail", "")),
+                           dict(d.get("figures") or {}), str(d.get("remediation", "")))
+        except (ValueError, KeyError, TypeError):
+            pass
     tail = (err or out).strip().splitlines()
     why = tail[-1][:120] if tail else f"exit {proc.returncode}"
     return failed(spec.name, f"died: {why}")
@@ -357,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
             outcome = _call_check(spec, ctx)
         except BaseException as exc:  # noqa: BLE001 - reported as the check's verdict
             outcome = _error_outcome(spec.name, exc)
-        print(RESULT_MARK + json.dumps(outcome.to_dict()), flush=True)
+        protocol.emit(protocol.RESULT, outcome.to_dict())
         return 0
     return registration(cfg, args.node, args.run_id, args.trigger)
 

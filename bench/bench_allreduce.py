@@ -88,7 +88,7 @@ def main() -> None:
 
     world = args.ranks or dist.local_gpu_count() or 2
     backend = dist.resolve_backend("auto", world)
-    (nbytes,) = dist._parse_sizes(args.size)
+    (nbytes,) = dist.parse_sizes(args.size)
     raw_r, ours, ratios = [], [], []
     for i in range(args.rounds):
         if i % 2:

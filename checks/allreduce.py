@@ -15,8 +15,9 @@ from typing import Any
 
 from airlock.checks.base import Outcome, failed, passed, skipped
 
+from airlock import dist, sku
+
 CHECK = "allreduce"
-KIB = 1024
 
 
 @dataclass
@@ -66,22 +67,8 @@ class AllreduceSection:
             raise ValueError(f"timeout: must be > 0, got {self.timeout}")
 
 
-def params_for(cfg: AllreduceSection, on_gpu: bool, level: str):
-    from airlock.dist import SweepParams
-
-    if on_gpu:
-        iters = cfg.deep_iters if level == "deep" else cfg.iters
-        return SweepParams([s * KIB for s in cfg.sizes_kib], iters, cfg.warmup, cfg.dtype,
-                           cfg.backend, cfg.timeout)
-    iters = cfg.cpu_iters * (2 if level == "deep" else 1)
-    return SweepParams([s * KIB for s in cfg.cpu_sizes_kib], iters, cfg.cpu_warmup, cfg.dtype,
-                       cfg.backend, cfg.timeout)
-
-
 def _size(nbytes: int) -> str:
-    from airlock.dist import human_bytes
-
-    return human_bytes(nbytes)
+    return dist.human_bytes(nbytes)
 
 
 def allreduce_figures(sw, floor: float) -> dict[str, Any]:
@@ -166,14 +153,12 @@ def verdict_allreduce(sw, floor_gbps: float = 0.0, straggler_fraction: float = 0
 
 
 def check_allreduce(ctx) -> Outcome:
-    from airlock import dist, sku
-
     cfg: AllreduceSection = ctx.cfg.allreduce
     gpus = dist.local_gpu_count()
     ranks = gpus or cfg.cpu_ranks
     if ranks < 2:
         return skipped(CHECK, "one device: nothing to all-reduce within the node")
-    params = params_for(cfg, on_gpu=bool(gpus), level=ctx.level)
+    params = dist.params_for(cfg, on_gpu=bool(gpus), level=ctx.level)
     report = dist.run_local(ranks, params, ctx.faults, node=ctx.node)
     sweep = dist.combine([report])
     profile = ctx.profile if gpus else sku.named("cpu", ctx.cfg.profile.dirs)

@@ -38,10 +38,10 @@ from typing import Any
 
 from airlock.checks.base import Outcome, failed, passed
 
+from airlock import protocol
 from airlock.faults import device_arg
 
 CHECK = "burnin"
-PROGRESS_MARK = "AIRLOCK-PROGRESS "
 SEED = 1234
 GPU_SIZE = 8192
 # Max relative error of a row/column sum of C against its float64 reference, relative to the sum
@@ -532,8 +532,7 @@ def local_devices(torch, cpu_devices: int) -> list[tuple[str, str]]:
 
 
 def stderr_progress(info: dict[str, Any]) -> None:
-    sys.stderr.write(PROGRESS_MARK + CHECK + " " + json.dumps(info) + "\n")
-    sys.stderr.flush()
+    protocol.emit(protocol.PROGRESS, info, sys.stderr, tag=CHECK)
 
 
 @dataclass

@@ -13,10 +13,11 @@ import uuid
 
 import pytest
 from airlock.checks import allreduce, registry
-from airlock.checks.allreduce import AllreduceSection, params_for, verdict_allreduce
+from airlock.checks.allreduce import AllreduceSection, verdict_allreduce
 from airlock.checks.context import Context
 
 from airlock import config, dist, faults
+from airlock.dist import params_for
 from airlock.errors import ConfigError
 
 CPU = AllreduceSection(cpu_sizes_kib=[64, 1024], cpu_iters=5, cpu_warmup=1, timeout=30)
@@ -59,9 +60,9 @@ def test_worker_argv_and_parse_report():
 
 
 def test_sizes_and_bus_factor():
-    assert dist._parse_sizes("64K, 1M,1G,512") == [65536, 1 << 20, 1 << 30, 512]
+    assert dist.parse_sizes("64K, 1M,1G,512") == [65536, 1 << 20, 1 << 30, 512]
     with pytest.raises(ValueError, match="not a list of sizes"):
-        dist._parse_sizes("big")
+        dist.parse_sizes("big")
     assert dist.bus_factor(8) == 1.75 and dist.bus_factor(2) == 1.0
     assert dist.human_bytes(1 << 30) == "1G" and dist.human_bytes(1000) == "1000B"
 
