@@ -10,8 +10,9 @@ from botocore.stub import Stubber
 
 from airlock.dev.cloud import FakeCloud
 from airlock.recovery import providers as pv
-from airlock.recovery.http_provider import HttpProvider
-from airlock.recovery.hyperpod import HyperpodProvider
+from airlock.recovery.machine import Obs
+from airlock.recovery.providers.aws_hyperpod import HyperpodProvider
+from airlock.recovery.providers.http import HttpProvider
 from airlock.recovery.settings import HttpSettings
 
 
@@ -60,7 +61,7 @@ def test_hyperpod_slurm_reason_exact_and_slurm_power_refuses_non_cloud(cluster_f
     assert hp.submit("replace", [t("node1")])["node1"].status == pv.ISSUED
     n = cluster.node("node1")
     assert n.reason == "Action:Replace" and "FAIL" in n.state_text
-    assert hp.lookup("replace", t("node1"), pv.Obs.from_node(n)) and hp.owns_reason(n.reason)
+    assert hp.lookup("replace", t("node1"), Obs.from_node(n)) and hp.owns_reason(n.reason)
     power = pv.SlurmPower(cluster.slurm)
     res = power.submit("replace", [t("node2")])["node2"]
     assert res.status == pv.REFUSED and "State=CLOUD" in res.message

@@ -11,8 +11,8 @@ from botocore.stub import Stubber
 from airlock.dev.cloud import FakeCloud
 from airlock.errors import ConfigError
 from airlock.recovery import providers as pv
-from airlock.recovery.http_provider import HttpProvider
-from airlock.recovery.hyperpod import HyperpodProvider
+from airlock.recovery.providers.aws_hyperpod import HyperpodProvider
+from airlock.recovery.providers.http import HttpProvider
 from airlock.recovery.settings import HttpSettings
 
 

@@ -1,68 +1,12 @@
-"""Who carries out a reboot or a replacement: one small interface, chosen in [recovery].
-
-    submit(action, targets) -> {node: Result}   send the request(s); never raises for one node
-    lookup(action, target, obs) -> bool         after a crash: did this request already happen?
-    owns_reason(reason) -> bool                 a reason this provider sets (HyperPod's Action:*)
-    progress(case, obs) -> str | None           a follow-up step while waiting (slurm-power)
-
-Results are "issued" (accepted), "refused" (the provider said no: not retried, the node stays
-drained with the message) or "error" (retries exhausted: tried again after the cooldown).
-Slurm is always called with argv lists, never a shell.
-"""
+"""Providers that act through Slurm itself: `scontrol reboot` (SlurmReboot), HyperPod's exact
+`Action:Reboot` / `Action:Replace` reasons (HyperpodSlurm), and power-cycling State=CLOUD nodes
+through the site's Suspend/ResumeProgram (SlurmPower)."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-from collections.abc import Callable
-from dataclasses import dataclass
-
-from airlock import reasons
-from airlock.errors import AirlockError, ConfigError
+from airlock.errors import AirlockError
 from airlock.recovery.machine import REBOOT_FLAGS, Obs
-
-ISSUED, REFUSED, ERROR = "issued", "refused", "error"
-Recorder = Callable[[str, str, str], None]  # node, event, detail
-
-
-@dataclass(frozen=True)
-class Target:
-    node: str
-    request_id: str
-    reason: str  # the Airlock reason that marks the action in Slurm
-
-
-@dataclass(frozen=True)
-class Result:
-    status: str
-    message: str = ""
-
-
-def _no_record(_node: str, _event: str, _detail: str) -> None:
-    pass
-
-
-class Provider:
-    name = "none"
-    actions: tuple[str, ...] = ()
-
-    def submit(self, action: str, targets: list[Target]) -> dict[str, Result]:
-        return {t.node: Result(REFUSED, f"provider {self.name} cannot {action}") for t in targets}
-
-    def lookup(self, action: str, target: Target, obs: Obs | None) -> bool:
-        return False
-
-    def owns_reason(self, reason: str) -> bool:
-        return False
-
-    def progress(self, case, obs: Obs | None) -> str | None:
-        return None
-
-
-def mark(slurm, target: Target) -> None:
-    """Put Airlock's recover reason on the node, so that the drain stays owned and says why."""
-    slurm.drain(target.node, target.reason)
+from airlock.recovery.providers.base import ERROR, ISSUED, REFUSED, Provider, Result, Target, mark
 
 
 class SlurmReboot(Provider):
@@ -186,76 +130,3 @@ class SlurmPower(Provider):
         return "state=POWER_UP"
 
 
-class Command(Provider):
-    """An admin's executable: `PATH reboot|replace|status NODE --request-id ID`.
-
-    Exit 0: accepted (status: the request is known). Exit 3: refused, the last line of stderr
-    says why. Anything else: an error, tried again later with the same request id, so the
-    command must treat a repeated request id as the same request.
-    """
-
-    name = "command"
-    actions = ("reboot", "replace")
-    REFUSED_EXIT = 3
-
-    def __init__(self, path: str, timeout: float):
-        if not os.access(path, os.X_OK):
-            raise ConfigError(f"[recovery.command] path {path!r}: not an executable file")
-        self.path = path
-        self.timeout = timeout
-
-    def _run(self, verb: str, t: Target) -> tuple[int, str]:
-        argv = [self.path, verb, t.node, "--request-id", t.request_id]
-        env = dict(os.environ, AIRLOCK_REASON=t.reason)
-        try:
-            p = subprocess.run(argv, capture_output=True, text=True, timeout=self.timeout,
-                               stdin=subprocess.DEVNULL, env=env)
-        except subprocess.TimeoutExpired:
-            return -1, f"timed out after {self.timeout:g}s"
-        except OSError as exc:
-            return -1, f"cannot run: {exc.strerror}"
-        lines = (p.stderr or p.stdout).strip().splitlines()
-        return p.returncode, (lines[-1] if lines else f"exit {p.returncode}")[:300]
-
-    def submit(self, action: str, targets: list[Target]) -> dict[str, Result]:
-        out = {}
-        for t in targets:
-            rc, msg = self._run(action, t)
-            status = ISSUED if rc == 0 else REFUSED if rc == self.REFUSED_EXIT else ERROR
-            out[t.node] = Result(status, msg if rc else f"{os.path.basename(self.path)} ok")
-        return out
-
-    def lookup(self, action: str, target: Target, obs: Obs | None) -> bool:
-        return self._run("status", target)[0] == 0
-
-
-def make(cfg, slurm, record: Recorder = _no_record) -> tuple[Provider, Provider]:
-    """(rebooter, replacer) for this config."""
-    rc = cfg.recovery
-    name = rc.provider
-    if name == "http":
-        from airlock.recovery.http_provider import HttpProvider
-
-        replacer: Provider = HttpProvider(rc.http, record)
-    elif name == "command":
-        replacer = Command(rc.command.path, rc.command.timeout)
-    elif name == "aws-hyperpod":
-        from airlock.recovery.hyperpod import HyperpodProvider
-
-        replacer = HyperpodProvider.from_settings(rc.aws_hyperpod, record)
-    elif name == "hyperpod-slurm":
-        replacer = HyperpodSlurm(slurm)
-    elif name == "slurm-power":
-        replacer = SlurmPower(slurm)
-    else:
-        replacer = Provider()
-    rebooter = SlurmReboot(slurm) if rc.reboot_via == "slurm" else replacer
-    return rebooter, replacer
-
-
-def recover_reason(action: str, request_id: str) -> str:
-    return reasons.recover(action, request_id).format()
-
-
-def dumps(obj) -> str:
-    return json.dumps(obj, sort_keys=True, default=str)

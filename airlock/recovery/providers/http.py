@@ -17,7 +17,15 @@ import requests
 
 from airlock.errors import ConfigError
 from airlock.recovery.machine import Obs
-from airlock.recovery.providers import ERROR, ISSUED, REFUSED, Provider, Recorder, Result, Target
+from airlock.recovery.providers.base import (
+    ERROR,
+    ISSUED,
+    REFUSED,
+    Provider,
+    Recorder,
+    Result,
+    Target,
+)
 
 RETRY_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
 

@@ -11,7 +11,15 @@ from __future__ import annotations
 
 from airlock.errors import AirlockError, ConfigError
 from airlock.recovery.machine import Obs
-from airlock.recovery.providers import ERROR, ISSUED, REFUSED, Provider, Recorder, Result, Target
+from airlock.recovery.providers.base import (
+    ERROR,
+    ISSUED,
+    REFUSED,
+    Provider,
+    Recorder,
+    Result,
+    Target,
+)
 
 BATCH = 25
 RETRYABLE_CODES = frozenset({"InternalServerError", "ThrottlingException", "ServiceUnavailable",
