@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from airlock.culprit import find_culprits
-from airlock.results import atomic_write, read_json
+from airlock.paths import atomic_write, read_json
 
 Member = Callable[[list[str], str, int], dict[str, Any]]  # (nodes, master, port) -> result
 

@@ -10,13 +10,11 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import json
-import os
-import socket
 import sys
 
 import click
 
-from airlock import __version__
+from airlock import __version__, paths
 from airlock import config as config_mod
 from airlock.errors import AirlockError
 
@@ -69,10 +67,6 @@ def load_config(ctx: click.Context):
     return config_mod.load(path)
 
 
-def local_node_name() -> str:
-    return os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
-
-
 @cli.command("check")
 @click.option("--level", type=click.Choice(config_mod.LEVELS), default="quick", show_default=True)
 @click.option("--only", multiple=True, help="Run only this check (repeatable).")
@@ -103,7 +97,7 @@ def check_cmd(ctx, level, only, profile, node, nodes_expr, partition, feature, w
     from airlock.results import Store
     from airlock.runner import run_level, summarize
 
-    node = node or local_node_name()
+    node = node or paths.local_node_name()
     import time
 
     started = time.time()

@@ -118,7 +118,7 @@ def check_config(path: str | None) -> tuple[Any, list[Item]]:
 
 
 def check_dirs(cfg, node: str) -> list[Item]:
-    from airlock.results import node_dir, shared_node_dir
+    from airlock.paths import node_dir, shared_node_dir
 
     items = []
     state = node_dir(cfg.state_dir, node)
@@ -233,7 +233,7 @@ def _build_command():
     @click.pass_context
     def doctor_cmd(ctx: click.Context, node: str | None, no_torch: bool) -> None:
         """Check this node's Airlock install: config, Slurm, hooks, NVML, torch."""
-        from airlock.cli import local_node_name
+        from airlock.paths import local_node_name
 
         path = (ctx.find_root().obj or {}).get("config_path")
         items = run(path, node or local_node_name(), torch_check=not no_torch)

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from airlock import paths
+
 VERDICTS = ("pass", "warn", "fail", "skip")
 NODE_FILE = "airlock.prom"
 CONTROLLER_FILE = "airlock-controller.prom"
@@ -36,7 +38,7 @@ class MetricsSection:
 
 def _textfile_dir(cfg, node: str = "") -> str:
     folder = cfg.section("metrics").textfile_dir
-    return folder.replace("{node}", node) if node else folder
+    return paths.expand(folder, node) if node else folder
 
 
 def _number(value: Any) -> float | None:
@@ -203,8 +205,9 @@ def _build_command():
         """Write Prometheus textfile metrics for node_exporter (node or controller view)."""
         from prometheus_client import generate_latest
 
-        from airlock.cli import load_config, local_node_name
+        from airlock.cli import load_config
         from airlock.errors import AirlockError
+        from airlock.paths import local_node_name
 
         cfg = load_config(ctx)
         if not (to_stdout or textfile_dir or cfg.section("metrics").textfile_dir):
@@ -227,7 +230,7 @@ def _build_command():
         if to_stdout:
             sys.stdout.write(generate_latest(node_registry(node, runs)).decode())
             return
-        folder = textfile_dir.replace("{node}", node) if textfile_dir else None
+        folder = paths.expand(textfile_dir, node) if textfile_dir else None
         click.echo(write_node_textfile(cfg, node, runs, folder))
 
     return metrics_cmd

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from airlock.results import atomic_write, node_dir, read_json
+from airlock.paths import atomic_write, node_dir, read_json
 
 
 def boot_time() -> float:

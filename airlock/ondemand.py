@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import getpass
 import json
-import os
 import random
 import subprocess
 import sys
@@ -32,7 +31,7 @@ from typing import Any
 
 import click
 
-from airlock import protocol, reasons
+from airlock import paths, protocol, reasons
 from airlock.culprit import find_culprits
 from airlock.errors import AirlockError, SlurmError
 from airlock.slurm import Node, Slurm, collect
@@ -381,7 +380,7 @@ def node_worker(level: str, only: list[str]) -> int:
     from airlock.runner import run_level, summarize
 
     cfg = config_mod.load()
-    node = os.environ.get("SLURMD_NODENAME") or os.uname().nodename
+    node = paths.local_node_name()
     started = time.time()
     records, ctx = run_level(cfg, node, level, only=only or None)
     run = summarize(node, level, "ondemand", records, started, ctx)
@@ -398,7 +397,7 @@ def group_worker(master: str, port: int, nodes: list[str], level: str) -> int:
     from airlock.checks import groupcheck
 
     cfg = config_mod.load()
-    node = os.environ.get("SLURMD_NODENAME") or os.uname().nodename
+    node = paths.local_node_name()
     result = groupcheck.run_member(cfg, node, nodes, master, port, level)
     protocol.emit(protocol.GROUP, result)
     return 0

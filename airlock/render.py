@@ -185,7 +185,7 @@ def _write(text: str, output: str | None) -> None:
         return
     from pathlib import Path
 
-    from airlock.results import atomic_write_text
+    from airlock.paths import atomic_write_text
 
     try:
         atomic_write_text(Path(output), text)

@@ -31,57 +31,23 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from airlock.paths import (
+    atomic_write,
+    local_node_name,
+    node_dir,
+    read_json,
+    shared_node_dir,
+)
+
 SCHEMA = 1
 KEEP = 50
 READ_TIMEOUT = 5.0
-
-
-def node_dir(template: str, node: str) -> Path:
-    return Path(template.replace("{node}", node))
-
-
-def shared_node_dir(shared_dir: str, node: str) -> Path | None:
-    if not shared_dir:
-        return None
-    if "{node}" in shared_dir:
-        return node_dir(shared_dir, node)
-    return Path(shared_dir) / node
-
-
-def atomic_write(path: Path, data: Any) -> None:
-    atomic_write_text(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
-def read_json(path: Path) -> Any | None:
-    try:
-        with open(path) as fh:
-            return json.load(fh)
-    except (OSError, ValueError):
-        return None
 
 
 def new_run_id(node: str) -> str:
@@ -183,13 +149,9 @@ class NodeResults:
     history: list[dict[str, Any]] = field(default_factory=list)
 
 
-def _this_host() -> str:
-    return os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
-
-
 def local_readable(cfg, node: str) -> bool:
     """Only per-node state dirs, or this host's own, hold *that* node's results."""
-    return "{node}" in cfg.state_dir or node == _this_host()
+    return "{node}" in cfg.state_dir or node == local_node_name()
 
 
 def _read_run(path: Path) -> tuple[dict[str, Any] | None, str]:

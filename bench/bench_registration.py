@@ -24,7 +24,7 @@ from pathlib import Path
 from airlock import config as config_mod
 from airlock.dev.cluster import DevCluster
 from airlock.nodestate import NodeState
-from airlock.results import read_json
+from airlock.paths import read_json
 
 HOOK_LINE = re.compile(r" (new|boot): .*\((\d+\.\d+)s\)$|quick \w+ in [\d.]+s \((\d+\.\d+)s\)$")
 

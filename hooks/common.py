@@ -7,6 +7,8 @@ import os
 import sys
 import time
 
+from airlock import paths
+
 
 def log(cfg, node: str, hook: str, msg: str) -> None:
     line = f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {node} {hook}: {msg}\n"
@@ -14,7 +16,7 @@ def log(cfg, node: str, hook: str, msg: str) -> None:
     if cfg is None:
         return
     try:
-        folder = cfg.log_dir.replace("{node}", node)
+        folder = paths.expand(cfg.log_dir, node)
         os.makedirs(folder, exist_ok=True)
         with open(os.path.join(folder, f"{hook}.log"), "a") as fh:
             fh.write(line)

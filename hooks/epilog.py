@@ -169,7 +169,8 @@ def _gpus(cfg, node: str) -> list[dict[str, Any]]:
 
 def run_epilog(cfg, node: str, job: str, job_gpus_env: str | None) -> tuple[int, str]:
     from airlock import reasons
-    from airlock.results import Store, read_json
+    from airlock.paths import read_json
+    from airlock.results import Store
     from airlock.runner import summarize
 
     started = time.time()

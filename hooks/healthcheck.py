@@ -22,13 +22,13 @@ import time
 from airlock.hooks.common import log
 
 from airlock import config as config_mod
-from airlock import reasons
+from airlock import paths, reasons
 from airlock.errors import AirlockError
 
 
 def start_registration(cfg, node: str, run_id: str, trigger: str) -> int:
     """Start the registration suite in its own session; return its PID without waiting."""
-    folder = cfg.log_dir.replace("{node}", node)
+    folder = paths.expand(cfg.log_dir, node)
     os.makedirs(folder, exist_ok=True)
     env = dict(os.environ)
     env[config_mod.ENV_VAR] = cfg.path

@@ -38,7 +38,7 @@ class PrologSection:
 
 
 def jobs_dir(cfg, node: str) -> Path:
-    from airlock.results import node_dir
+    from airlock.paths import node_dir
 
     return node_dir(cfg.state_dir, node) / "jobs"
 
@@ -59,7 +59,7 @@ def gpu_snapshot(snap) -> dict[str, Any]:
 
 
 def save_job_snapshot(cfg, node: str, job: str, snap) -> None:
-    from airlock.results import atomic_write
+    from airlock.paths import atomic_write
 
     folder = jobs_dir(cfg, node)
     atomic_write(folder / f"{job}.json", {"job_id": job, "started_at": time.time(),

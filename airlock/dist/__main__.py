@@ -10,6 +10,7 @@ from typing import Any
 
 from airlock import config as config_mod
 from airlock import faults as faults_mod
+from airlock import paths
 from airlock import protocol
 from airlock.dist.launcher import launch, local_gpu_count
 from airlock.dist.params import EXIT_ERROR, EXIT_OK, EXIT_TIMEOUT, params_for, parse_sizes
@@ -51,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _worker(args) -> dict[str, Any]:
-    node = args.node or socket.gethostname().split(".")[0]
+    node = args.node or paths.local_node_name()
     try:
         cfg = config_mod.load()
         section = cfg.allreduce

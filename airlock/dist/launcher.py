@@ -13,6 +13,7 @@ import socket
 import time
 from typing import Any
 
+from airlock import paths
 from airlock.dist.params import EXIT_ERROR, EXIT_OK, KEY, SweepParams
 from airlock.dist.rank import run_rank
 
@@ -82,7 +83,7 @@ def launch(master_addr: str, master_port: int, world_size: int, rank_offset: int
     import torch.distributed as dist
 
     faults = dict(faults or {})
-    node = node or socket.gethostname().split(".")[0]
+    node = node or paths.local_node_name()
     backend = resolve_backend(params.backend, local_ranks)
     started = time.monotonic()
     deadline = started + params.timeout

@@ -11,7 +11,7 @@ import pytest
 
 from airlock import config as config_mod
 from airlock.nodestate import NodeState
-from airlock.results import read_json
+from airlock.paths import read_json
 
 # Registration runs only the quick level here: these tests are about what comes after.
 FAST = {
