@@ -214,34 +214,3 @@ def run(config_path: str | None, node: str, torch_check: bool = True) -> list[It
     if torch_check:
         items += check_torch()
     return items
-
-
-def __getattr__(name: str):
-    if name == "doctor_cmd":
-        cmd = _build_command()
-        globals()["doctor_cmd"] = cmd
-        return cmd
-    raise AttributeError(name)
-
-
-def _build_command():
-    import click
-
-    @click.command("doctor")
-    @click.option("--node", default=None, help="Node name (default: this host).")
-    @click.option("--no-torch", is_flag=True, help="Skip the torch/CUDA probe (it takes seconds).")
-    @click.pass_context
-    def doctor_cmd(ctx: click.Context, node: str | None, no_torch: bool) -> None:
-        """Check this node's Airlock install: config, Slurm, hooks, NVML, torch."""
-        from airlock.paths import local_node_name
-
-        path = (ctx.find_root().obj or {}).get("config_path")
-        items = run(path, node or local_node_name(), torch_check=not no_torch)
-        for item in items:
-            click.echo(item.line())
-        fails = sum(i.status == FAIL for i in items)
-        warns = sum(i.status == WARN for i in items)
-        click.echo(f"{len(items)} items: {fails} failed, {warns} warnings")
-        sys.exit(1 if fails else 0)
-
-    return doctor_cmd

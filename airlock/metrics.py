@@ -16,7 +16,6 @@ prometheus_client is imported only when a file is written, never on the hook's p
 
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -176,61 +175,3 @@ def write_controller_textfile(cfg, status: dict[str, Any], recovery: dict[str, A
     target.parent.mkdir(parents=True, exist_ok=True)
     write_to_textfile(str(target), controller_registry(status, recovery))
     return target
-
-
-def __getattr__(name: str):
-    # The click command is built on first use: the hooks import this module for MetricsSection
-    # and must not pay for click.
-    if name == "metrics_cmd":
-        cmd = _build_command()
-        globals()["metrics_cmd"] = cmd
-        return cmd
-    raise AttributeError(name)
-
-
-def _build_command():
-    import click
-
-    @click.command("metrics")
-    @click.option("--node", "node", default=None,
-                  help="Write this node's file (default: this host).")
-    @click.option("--controller", is_flag=True,
-                  help="Write the controller's file (all nodes, recovery) instead.")
-    @click.option("--textfile-dir", default=None,
-                  help="Directory to write to (default: [metrics] textfile_dir).")
-    @click.option("--stdout", "to_stdout", is_flag=True, help="Print the metrics instead.")
-    @click.pass_context
-    def metrics_cmd(ctx: click.Context, node: str | None, controller: bool,
-                    textfile_dir: str | None, to_stdout: bool) -> None:
-        """Write Prometheus textfile metrics for node_exporter (node or controller view)."""
-        from prometheus_client import generate_latest
-
-        from airlock.cli import load_config
-        from airlock.errors import AirlockError
-        from airlock.paths import local_node_name
-
-        cfg = load_config(ctx)
-        if not (to_stdout or textfile_dir or cfg.section("metrics").textfile_dir):
-            raise AirlockError("no [metrics] textfile_dir configured: "
-                               "pass --textfile-dir or --stdout")
-        if controller:
-            from airlock import status as status_mod
-
-            data = status_mod.collect(cfg)
-            recovery = status_mod.recovery_metrics(cfg)
-            if to_stdout:
-                sys.stdout.write(generate_latest(controller_registry(data, recovery)).decode())
-                return
-            click.echo(write_controller_textfile(cfg, data, recovery, textfile_dir))
-            return
-        from airlock.results import Store
-
-        node = node or local_node_name()
-        runs = Store(cfg, node).latest_by_level()
-        if to_stdout:
-            sys.stdout.write(generate_latest(node_registry(node, runs)).decode())
-            return
-        folder = paths.expand(textfile_dir, node) if textfile_dir else None
-        click.echo(write_node_textfile(cfg, node, runs, folder))
-
-    return metrics_cmd

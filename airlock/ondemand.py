@@ -31,7 +31,7 @@ from typing import Any
 
 import click
 
-from airlock import paths, protocol, reasons
+from airlock import finish, paths, protocol, reasons
 from airlock.culprit import find_culprits
 from airlock.errors import AirlockError, SlurmError
 from airlock.slurm import Node, Slurm, collect
@@ -184,10 +184,6 @@ class Launcher:
             self.slurm.run("scancel", [f"--name={name}", f"--reservation={self.reservation}"])
         except SlurmError:
             pass
-
-
-def group_floor(cfg, profile_floor: float) -> float:
-    return cfg.ondemand.group_busbw_floor_gbps or profile_floor
 
 
 class GroupTester:
@@ -376,7 +372,6 @@ def _finish(targets: dict[str, Target], started: float, level: str, as_json: boo
 # --- workers, run on the nodes by srun ------------------------------------------------------
 def node_worker(level: str, only: list[str]) -> int:
     from airlock import config as config_mod
-    from airlock.results import Store
     from airlock.runner import run_level, summarize
 
     cfg = config_mod.load()
@@ -385,7 +380,7 @@ def node_worker(level: str, only: list[str]) -> int:
     records, ctx = run_level(cfg, node, level, only=only or None)
     run = summarize(node, level, "ondemand", records, started, ctx)
     try:
-        Store(cfg, node).write(run)
+        finish.record_run(cfg, node, run)
     except OSError as exc:
         print(f"airlock: {node}: results not saved: {exc}", file=sys.stderr)
     protocol.emit(protocol.NODE, run)

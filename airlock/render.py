@@ -179,7 +179,8 @@ def example_config() -> str:
     return render_template("airlock.toml.j2", tables=config_model(), default_path=DEFAULT_PATH)
 
 
-def _write(text: str, output: str | None) -> None:
+def write_output(text: str, output: str | None) -> None:
+    """text to stdout, or atomically to the file output names."""
     if not output or output == "-":
         sys.stdout.write(text)
         return
@@ -191,57 +192,3 @@ def _write(text: str, output: str | None) -> None:
         atomic_write_text(Path(output), text)
     except OSError as exc:
         raise AirlockError(f"cannot write {output}: {exc.strerror or exc}") from None
-
-
-def __getattr__(name: str):
-    if name == "render_cmd":
-        cmd = _build_command()
-        globals()["render_cmd"] = cmd
-        return cmd
-    raise AttributeError(name)
-
-
-def _build_command():
-    import click
-
-    output = click.option("-o", "--output", default=None,
-                          help="Write to this file (atomically) instead of stdout.")
-
-    @click.group("render")
-    def render_cmd() -> None:
-        """Render install files: slurm.conf fragment, systemd unit, example config."""
-
-    @render_cmd.command("slurm-conf")
-    @click.option("--bin-dir", default=DEFAULT_BIN_DIR, show_default=True,
-                  help="Where the airlock-healthcheck/-prolog/-epilog entry points are.")
-    @click.option("--healthcheck-program", default="", help="Override the HealthCheckProgram.")
-    @click.option("--prolog", default="", help="Override the Prolog path.")
-    @click.option("--epilog", default="", help="Override the Epilog path.")
-    @click.option("--interval", type=int, default=300, show_default=True,
-                  help="HealthCheckInterval in seconds (0 = only at slurmd start).")
-    @click.option("--node-state", default="ANY", show_default=True,
-                  help=f"HealthCheckNodeState ({', '.join(NODE_STATES)}).")
-    @click.option("--prolog-epilog-timeout", type=int, default=60, show_default=True)
-    @click.option("--reboot-program", default="", help="RebootProgram (default: a comment).")
-    @click.option("--airlock-config", "config", default=DEFAULT_PATH, show_default=True,
-                  help="The config path the hooks read.")
-    @output
-    def slurm_conf_cmd(output, **values) -> None:
-        """The slurm.conf fragment for this install's paths."""
-        _write(slurm_conf(**values), output)
-
-    @render_cmd.command("systemd")
-    @click.option("--airlock-bin", default="", help="The airlock executable (default: found).")
-    @click.option("--airlock-config", "config", default=DEFAULT_PATH, show_default=True)
-    @output
-    def systemd_cmd(output, airlock_bin, config) -> None:
-        """The airlock-recover.service unit for the controller."""
-        _write(systemd_unit(airlock_bin, config), output)
-
-    @render_cmd.command("config")
-    @output
-    def config_cmd(output) -> None:
-        """An example airlock.toml with every key, its default and what it does."""
-        _write(example_config(), output)
-
-    return render_cmd

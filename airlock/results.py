@@ -5,7 +5,7 @@ directory, and copied to the shared directory when one is configured, so the con
 every node's last verdict. The Slurm reason remains the always-available summary: a node whose
 results cannot be read still shows its state and reason, with the problem named.
 
-Node side (Store.write, called by every hook and `airlock check`):
+Node side (ResultStore.write, through airlock.finish.record_run):
 
   <state_dir>/results/<run_id>.json    runs kept as history (the last KEEP); periodic and prolog
                                        passes are not kept, failures always are
@@ -54,7 +54,7 @@ def new_run_id(node: str) -> str:
     return time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + f"-{os.getpid()}-{node}"
 
 
-class Store:
+class ResultStore:
     def __init__(self, cfg, node: str):
         self.cfg = cfg
         self.node = node
@@ -64,8 +64,8 @@ class Store:
     def write(self, run: dict[str, Any], history: bool = True) -> list[str]:
         """Write a run everywhere it belongs; return problems with the copies (if any).
 
-        The node-local write must succeed (OSError propagates); the shared copy and the metrics
-        textfile are best effort, their problems are returned for the caller to log.
+        The node-local write must succeed (OSError propagates); the shared copy is best effort,
+        its problems are returned for the caller to log.
         """
         run.setdefault("schema", SCHEMA)
         level = run.get("level", "quick")
@@ -83,26 +83,7 @@ class Store:
                 atomic_write(self.shared / "latest.json", run)
             except OSError as exc:
                 problems.append(f"shared results dir {self.shared}: {exc.strerror or exc}")
-        problem = self._write_metrics()
-        if problem:
-            problems.append(problem)
         return problems
-
-    def _write_metrics(self) -> str:
-        """Refresh the node's Prometheus textfile when [metrics] textfile_dir is set."""
-        try:
-            section = self.cfg.section("metrics")
-        except Exception:  # noqa: BLE001 - no metrics section registered: nothing to do
-            return ""
-        if not section.textfile_dir:
-            return ""
-        try:
-            from airlock import metrics
-
-            metrics.write_node_textfile(self.cfg, self.node, self.latest_by_level())
-        except Exception as exc:  # noqa: BLE001 - metrics must never cost a verdict
-            return f"metrics textfile: {exc}"
-        return ""
 
     def latest(self, level: str | None = None) -> dict[str, Any] | None:
         name = f"latest-{level}.json" if level else "latest.json"

@@ -25,12 +25,12 @@ from collections.abc import Callable
 from typing import Any
 
 from airlock import config as config_mod
-from airlock import protocol, reasons
+from airlock import finish, protocol, reasons
 from airlock.checks import registry
 from airlock.checks.base import Outcome, Verdict, failed, passed, warned, worst
 from airlock.checks.context import Context
 from airlock.errors import AirlockError
-from airlock.results import Store, new_run_id
+from airlock.results import new_run_id
 
 Progress = Callable[[str, str, dict[str, Any]], None]
 
@@ -246,7 +246,7 @@ def registration(cfg, node: str, run_id: str, trigger: str = "boot") -> int:
         if group is not None:
             records.append(group)
     run = summarize(node, level, trigger, records, started, ctx, run_id)
-    problems = Store(cfg, node).write(run)
+    problems = finish.record_run(cfg, node, run)
     for p in problems:
         _log(p)
     verdict = run["verdict"]

@@ -9,7 +9,6 @@ docs/status-schema.json; tests validate real output against it, so keep them in 
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
@@ -54,9 +53,9 @@ def _recovery_store(cfg):
     if not path or not os.path.exists(path):
         return None
     try:
-        from airlock.recovery.store import Store
+        from airlock.recovery.store import RecoveryStore
 
-        return Store(path, readonly=True)
+        return RecoveryStore(path, readonly=True)
     except Exception:  # noqa: BLE001 - a broken recovery DB must not break status
         return None
 
@@ -195,32 +194,3 @@ def render(data: dict[str, Any]) -> str:
                 ("finished", "level", "trigger", "verdict", "check", "detail", "took"), hist))
     out.append(summary_line(data))
     return "\n\n".join(out)
-
-
-def __getattr__(name: str):
-    # Built on first use so that importing status (metrics does) does not pay for click.
-    if name == "status_cmd":
-        cmd = _build_command()
-        globals()["status_cmd"] = cmd
-        return cmd
-    raise AttributeError(name)
-
-
-def _build_command():
-    import click
-
-    @click.command("status")
-    @click.argument("nodes", required=False)
-    @click.option("--json", "as_json", is_flag=True,
-                  help="Machine-readable output (docs/status-schema.md).")
-    @click.option("--history", "history", type=click.IntRange(min=0), default=0,
-                  help="Also show the last N recorded runs of each node.")
-    @click.pass_context
-    def status_cmd(ctx: click.Context, nodes: str | None, as_json: bool, history: int) -> None:
-        """Show every node's Slurm state, Airlock verdict, last check and recovery state."""
-        from airlock.cli import load_config
-
-        data = collect(load_config(ctx), nodes, history)
-        click.echo(json.dumps(data, indent=1, sort_keys=True) if as_json else render(data))
-
-    return status_cmd

@@ -16,7 +16,7 @@ from airlock import config
 from airlock.recovery import machine as m
 from airlock.recovery import policy as pol
 from airlock.recovery.service import Service
-from airlock.recovery.store import Store
+from airlock.recovery.store import RecoveryStore
 from airlock.slurm import parse_show_node
 
 CHECKS = ["gpu_count", "burnin", "xid", "nccl", "row_remap", "mounts"]
@@ -74,7 +74,7 @@ def main() -> None:
         t2 = time.perf_counter()
         d2 = m.decide(d1.cases, obs, 1001.0, policy, lim, m.Ledger())  # cases open, rails pick
         t3 = time.perf_counter()
-        store = Store(":memory:")
+        store = RecoveryStore(":memory:")
         svc = Service.__new__(Service)
         svc.store, svc.out = store, io.StringIO()
         svc.provider = lambda _a: type("P", (), {"name": "bench"})()

@@ -9,8 +9,6 @@ instance is checked and resumed. node4 joins later as new capacity. `airlock sta
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import time
 from pathlib import Path
 
@@ -127,9 +125,9 @@ def run_demo(workdir: Path, keep: bool = False) -> int:
             info = cluster.job(j)
             click.echo(f"  job {j}: {info.get('JobState')} on {info.get('NodeList')}")
         click.echo("\nRecovery of node3 (from the recovery database):")
-        from airlock.recovery.store import Store
+        from airlock.recovery.store import RecoveryStore
 
-        store = Store(str(workdir / "recovery.db"), readonly=True)
+        store = RecoveryStore(str(workdir / "recovery.db"), readonly=True)
         for a in store.actions("node3"):
             click.echo(f"  {a['kind']:<8} via {a['via']:<6} {a['status']}")
         click.echo(f"  cloud saw: {[(p['action'], p['node']) for p in cloud.posts()]}")
@@ -148,23 +146,3 @@ def run_demo(workdir: Path, keep: bool = False) -> int:
             click.echo(f"\nCluster left running in {workdir} (SLURM_CONF={cluster.conf}).")
         else:
             cluster.stop()
-
-
-@click.command("demo")
-@click.option("--dir", "workdir", type=click.Path(file_okay=False), default=None,
-              help="Where the demo cluster lives (default: a temporary directory).")
-@click.option("--keep", is_flag=True, help="Leave the cluster running afterwards.")
-def demo_cmd(workdir: str | None, keep: bool) -> None:
-    """Run a local demo cluster: nodes join, are isolated, checked, resumed or drained."""
-    import sys
-
-    tmp = None
-    if workdir is None:
-        tmp = tempfile.mkdtemp(prefix="airlock-demo-")
-        workdir = tmp
-    try:
-        rc = run_demo(Path(workdir), keep=keep)
-    finally:
-        if tmp and not keep:
-            shutil.rmtree(tmp, ignore_errors=True)
-    sys.exit(rc)

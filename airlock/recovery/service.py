@@ -62,7 +62,7 @@ def crash_point(name: str, action: str = "") -> None:
 
 
 class Service:
-    def __init__(self, cfg, slurm, store: st.Store, rebooter: Provider, replacer: Provider,
+    def __init__(self, cfg, slurm, store: st.RecoveryStore, rebooter: Provider, replacer: Provider,
                  dry_run: bool = False, clock: Callable[[], float] = time.time, out=None):
         self.rc = cfg.recovery
         self.slurm = slurm

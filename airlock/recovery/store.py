@@ -49,7 +49,7 @@ class StoreError(AirlockError):
     """The recovery database cannot be opened or is locked by another service."""
 
 
-class Store:
+class RecoveryStore:
     def __init__(self, path: str, readonly: bool = False):
         self.path = path
         if path != ":memory:":

@@ -12,7 +12,7 @@ import pytest
 
 from airlock.dev.cloud import FakeCloud
 from airlock.dev.cluster import healthy_gpus
-from airlock.recovery.store import Store
+from airlock.recovery.store import RecoveryStore
 from tests.cluster.recovery_db import case_state, db_rows
 
 pytestmark = pytest.mark.cluster
@@ -241,4 +241,4 @@ def test_cloud_errors_retried_then_refusal_leaves_node_drained(cluster_factory, 
                           env=cluster.env(), capture_output=True, text=True, timeout=30)
     assert "no capacity" in show.stdout and show.returncode == 0
     assert reboots_queued(cluster, "node2") == 0
-    assert Store(str(db), readonly=True).cases()["node2"].note.startswith("replace refused")
+    assert RecoveryStore(str(db), readonly=True).cases()["node2"].note.startswith("replace refused")

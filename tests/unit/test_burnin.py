@@ -13,7 +13,7 @@ from airlock.checks.context import Context
 
 from airlock import config, faults
 from airlock.errors import ConfigError
-from airlock.results import Store
+from airlock.results import ResultStore
 
 
 def run(dev: str, dtype: str = "fp32", tflops: float = 1.0, **kw) -> DeviceRun:
@@ -104,7 +104,7 @@ def _store_run(cfg, node: str, profile: str, verdict: str, med: float, run_id: s
                dtype: str = "bf16") -> None:
     rec = {"check": "burnin", "verdict": verdict, "detail": "", "remediation": "",
            "figures": {"profile": profile, "median_tflops": {dtype: med}}}
-    Store(cfg, node).write({"node": node, "run_id": run_id, "level": "standard",
+    ResultStore(cfg, node).write({"node": node, "run_id": run_id, "level": "standard",
                             "verdict": verdict, "checks": [rec]})
 
 

@@ -12,7 +12,7 @@ import sys
 from prometheus_client.parser import text_string_to_metric_families
 
 from airlock import config as config_mod
-from airlock import metrics, results, status
+from airlock import finish, metrics, results, status
 from airlock.dev.cluster import healthy_gpus
 from airlock.slurm import Node
 
@@ -60,13 +60,12 @@ def test_node_metrics_from_a_run(tmp_path):
     assert not any(dict(k[1]).get("figure") == "device" for k in s)
 
 
-def test_results_store_refreshes_metrics_after_each_write(tmp_path):
+def test_every_finished_run_refreshes_metrics(tmp_path):
     cfg = config_mod.from_dict({"state_dir": str(tmp_path / "state"),
                                 "metrics": {"textfile_dir": str(tmp_path / "prom")}})
-    store = results.Store(cfg, "n1")
-    assert store.write(dict(RUN)) == []
+    assert finish.record_run(cfg, "n1", dict(RUN)) == []
     quick = {**RUN, "level": "quick", "run_id": "q1", "verdict": "pass", "checks": []}
-    assert store.write(quick, history=False) == []
+    assert finish.record_run(cfg, "n1", quick, history=False) == []
     s = _samples((tmp_path / "prom" / "airlock.prom").read_text())
     assert s[("airlock_run_failed", (("level", "standard"), ("node", "n1")))] == 1
     assert s[("airlock_run_failed", (("level", "quick"), ("node", "n1")))] == 0
@@ -75,7 +74,7 @@ def test_results_store_refreshes_metrics_after_each_write(tmp_path):
     blocker.write_text("")
     cfg2 = config_mod.from_dict({"state_dir": str(tmp_path / "s2"),
                                  "metrics": {"textfile_dir": str(blocker / "x")}})
-    problems = results.Store(cfg2, "n1").write(dict(RUN))
+    problems = finish.record_run(cfg2, "n1", dict(RUN))
     assert len(problems) == 1 and problems[0].startswith("metrics textfile: ")
     assert (tmp_path / "s2" / "latest.json").exists()
 
@@ -109,21 +108,22 @@ def _status_doc(cfg, nodes):
 
 def test_controller_metrics_with_a_real_recovery_database(tmp_path):
     from airlock.recovery.machine import Case
-    from airlock.recovery.store import DONE, Store
+    from airlock.recovery.store import DONE, RecoveryStore
 
     db = tmp_path / "recovery.db"
     cfg = config_mod.from_dict({"recovery": {"db": str(db)}})
     assert status.recovery_metrics(cfg) == {} and status.recovery_states(cfg) == {}
-    store = Store(str(db))
+    store = RecoveryStore(str(db))
     with store.tx() as tx:
-        Store.put_case(tx, Case("n2", "reboot_requested", "hardware", ("reboot", "replace"), 0,
-                                "gpu_count", "7 GPUs", 1.0, 1.0), 1.0)
-        Store.put_case(tx, Case("n3", "done", "hardware", ("reboot",), 1, "burnin", "", 1.0,
+        RecoveryStore.put_case(tx, Case("n2", "reboot_requested", "hardware",
+                                        ("reboot", "replace"), 0, "gpu_count", "7 GPUs", 1.0,
+                                        1.0), 1.0)
+        RecoveryStore.put_case(tx, Case("n3", "done", "hardware", ("reboot",), 1, "burnin", "", 1.0,
                                 1.0), 1.0)
-        aid, _ = Store.add_action(tx, "n2", "reboot", "slurm", "", 2.0)
-        Store.set_action(tx, aid, DONE, "", 3.0)
-        Store.add_action(tx, "n2", "replace", "http", "", 4.0)
-        Store.open_breaker(tx, "5 nodes failed gpu_count", 5.0)
+        aid, _ = RecoveryStore.add_action(tx, "n2", "reboot", "slurm", "", 2.0)
+        RecoveryStore.set_action(tx, aid, DONE, "", 3.0)
+        RecoveryStore.add_action(tx, "n2", "replace", "http", "", 4.0)
+        RecoveryStore.open_breaker(tx, "5 nodes failed gpu_count", 5.0)
     store.close()
     assert status.recovery_states(cfg) == {"n2": "reboot_requested"}  # closed cases not shown
     nodes = [Node("n1", "IDLE"), Node("n2", "DOWN", frozenset({"DRAIN"}),

@@ -52,7 +52,7 @@ def test_results_store_problems_are_named(tmp_path):
 def test_store_writes_shared_copy_and_history(tmp_path):
     cfg = config_mod.from_dict({"state_dir": str(tmp_path / "s" / "{node}"),
                                 "shared_dir": str(tmp_path / "shared" / "{node}")})
-    store = results.Store(cfg, "n1")
+    store = results.ResultStore(cfg, "n1")
     for i, verdict in enumerate(("pass", "fail")):
         run = {"node": "n1", "run_id": f"2026010{i}T000000-1-n1", "level": "quick",
                "verdict": verdict, "finished_at": 100.0 + i, "checks": []}
@@ -64,6 +64,7 @@ def test_store_writes_shared_copy_and_history(tmp_path):
     # A shared dir that is a file: the local write still happens, the problem is returned.
     cfg2 = config_mod.from_dict({"state_dir": str(tmp_path / "s2"),
                                  "shared_dir": str(tmp_path / "s" / "n1" / "latest.json")})
-    problems = results.Store(cfg2, "n1").write({"node": "n1", "run_id": "x", "verdict": "pass"})
+    problems = results.ResultStore(cfg2, "n1").write({"node": "n1", "run_id": "x",
+                                                       "verdict": "pass"})
     assert len(problems) == 1 and "shared results dir" in problems[0]
     assert (tmp_path / "s2" / "latest.json").exists()

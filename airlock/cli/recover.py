@@ -10,6 +10,7 @@ import time
 
 import click
 
+from airlock.cli.common import load_config
 from airlock.errors import AirlockError
 
 
@@ -26,22 +27,21 @@ from airlock.errors import AirlockError
 @click.pass_context
 def recover_cmd(ctx, once, dry_run, interval, reset_breaker, show, history_node, as_json):
     """Reboot, re-check and replace failed nodes, within the safety rails."""
-    from airlock.cli import load_config
     from airlock.recovery import providers
     from airlock.recovery.service import Service
-    from airlock.recovery.store import Store
+    from airlock.recovery.store import RecoveryStore
     from airlock.slurm import Slurm
 
     cfg = load_config(ctx)
     rc = cfg.recovery
     if reset_breaker:
-        store = Store(rc.db)
+        store = RecoveryStore(rc.db)
         store.lock()
         was = store.reset_breaker(getpass.getuser())
         click.echo("breaker reset" + ("" if was else " (it was closed)"))
         return
     if show or history_node:
-        store = Store(rc.db, readonly=True)
+        store = RecoveryStore(rc.db, readonly=True)
         _print_state(store, history_node, as_json)
         return
     if not rc.enabled and not dry_run:
@@ -50,9 +50,10 @@ def recover_cmd(ctx, once, dry_run, interval, reset_breaker, show, history_node,
     if dry_run:
         import os
 
-        store = Store(rc.db, readonly=True) if os.path.exists(rc.db) else Store(":memory:")
+        store = (RecoveryStore(rc.db, readonly=True) if os.path.exists(rc.db)
+                 else RecoveryStore(":memory:"))
     else:
-        store = Store(rc.db)
+        store = RecoveryStore(rc.db)
         store.lock()
     slurm = Slurm.from_config(cfg)
     svc = Service(cfg, slurm, store, None, None, dry_run=dry_run)

@@ -1,0 +1,3 @@
+from airlock.cli import main
+
+main()

@@ -1,0 +1,48 @@
+"""`airlock render slurm-conf|systemd|config`: the install files for this site's paths."""
+
+from __future__ import annotations
+
+import click
+
+from airlock import config as config_mod
+from airlock import render
+
+output = click.option("-o", "--output", default=None,
+                      help="Write to this file (atomically) instead of stdout.")
+
+@click.group("render")
+def render_cmd() -> None:
+    """Render install files: slurm.conf fragment, systemd unit, example config."""
+
+@render_cmd.command("slurm-conf")
+@click.option("--bin-dir", default=render.DEFAULT_BIN_DIR, show_default=True,
+              help="Where the airlock-healthcheck/-prolog/-epilog entry points are.")
+@click.option("--healthcheck-program", default="", help="Override the HealthCheckProgram.")
+@click.option("--prolog", default="", help="Override the Prolog path.")
+@click.option("--epilog", default="", help="Override the Epilog path.")
+@click.option("--interval", type=int, default=300, show_default=True,
+              help="HealthCheckInterval in seconds (0 = only at slurmd start).")
+@click.option("--node-state", default="ANY", show_default=True,
+              help=f"HealthCheckNodeState ({', '.join(render.NODE_STATES)}).")
+@click.option("--prolog-epilog-timeout", type=int, default=60, show_default=True)
+@click.option("--reboot-program", default="", help="RebootProgram (default: a comment).")
+@click.option("--airlock-config", "config", default=config_mod.DEFAULT_PATH, show_default=True,
+              help="The config path the hooks read.")
+@output
+def slurm_conf_cmd(output, **values) -> None:
+    """The slurm.conf fragment for this install's paths."""
+    render.write_output(render.slurm_conf(**values), output)
+
+@render_cmd.command("systemd")
+@click.option("--airlock-bin", default="", help="The airlock executable (default: found).")
+@click.option("--airlock-config", "config", default=config_mod.DEFAULT_PATH, show_default=True)
+@output
+def systemd_cmd(output, airlock_bin, config) -> None:
+    """The airlock-recover.service unit for the controller."""
+    render.write_output(render.systemd_unit(airlock_bin, config), output)
+
+@render_cmd.command("config")
+@output
+def config_cmd(output) -> None:
+    """An example airlock.toml with every key, its default and what it does."""
+    render.write_output(render.example_config(), output)
