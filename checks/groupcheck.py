@@ -51,6 +51,11 @@ def local_ranks(cfg, node: str) -> int:
     return snap.count if snap.source == "nvml" and snap.count else 1
 
 
+def group_floor(cfg, profile_floor: float) -> float:
+    """[ondemand] group_busbw_floor_gbps when set, else the profile's group floor."""
+    return cfg.ondemand.group_busbw_floor_gbps or profile_floor
+
+
 def judge(report: dict[str, Any] | None, rc: int, stderr: str, floor_gbps: float,
           straggler_fraction: float, timeout: float) -> dict[str, Any]:
     """This member's answer {ok, detail, figures} from its node's launcher report."""
@@ -72,7 +77,6 @@ def judge(report: dict[str, Any] | None, rc: int, stderr: str, floor_gbps: float
 
 def run_member(cfg, node: str, nodes: list[str], master: str, port: int,
                level: str = "standard", timeout: float | None = None) -> dict[str, Any]:
-    from airlock.ondemand import group_floor
     from airlock.sku import select
 
     timeout = timeout or cfg.ondemand.group_timeout

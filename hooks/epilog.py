@@ -32,6 +32,7 @@ from airlock.hooks.common import log
 from airlock.hooks.prolog import drain_failure, gpu_snapshot, jobs_dir
 
 from airlock import config as config_mod
+from airlock import finish
 from airlock.errors import AirlockError
 
 
@@ -170,7 +171,6 @@ def _gpus(cfg, node: str) -> list[dict[str, Any]]:
 def run_epilog(cfg, node: str, job: str, job_gpus_env: str | None) -> tuple[int, str]:
     from airlock import reasons
     from airlock.paths import read_json
-    from airlock.results import Store
     from airlock.runner import summarize
 
     started = time.time()
@@ -200,7 +200,7 @@ def run_epilog(cfg, node: str, job: str, job_gpus_env: str | None) -> tuple[int,
         records.append(rec)
     run = summarize(node, "epilog", "epilog", records, started, None)
     run["job_id"] = job
-    for problem in Store(cfg, node).write(run, history=run["verdict"] == "fail"):
+    for problem in finish.record_run(cfg, node, run, history=run["verdict"] == "fail"):
         log(cfg, node, "epilog", problem)
     try:
         os.unlink(snap_path)

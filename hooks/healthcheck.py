@@ -22,7 +22,7 @@ import time
 from airlock.hooks.common import log
 
 from airlock import config as config_mod
-from airlock import paths, reasons
+from airlock import finish, paths, reasons
 from airlock.errors import AirlockError
 
 
@@ -75,14 +75,14 @@ def check_registration_alive(cfg, slurm, node: str, record: dict) -> str | None:
 
 
 def periodic(cfg, slurm, node: str) -> str:
-    from airlock.results import Store
     from airlock.runner import failure_reason, run_level, summarize
 
     started = time.time()
     deadline = time.monotonic() + cfg.healthcheck.budget
     records, ctx = run_level(cfg, node, "quick", deadline=deadline)
     run = summarize(node, "quick", "periodic", records, started, ctx)
-    Store(cfg, node).write(run, history=run["verdict"] == "fail")
+    for problem in finish.record_run(cfg, node, run, history=run["verdict"] == "fail"):
+        log(cfg, node, "healthcheck", problem)
     if run["verdict"] != "fail":
         return f"quick {run['verdict']} in {run['duration_s']:.2f}s"
     current = slurm.node(node)

@@ -22,6 +22,7 @@ from typing import Any
 from airlock.hooks.common import log
 
 from airlock import config as config_mod
+from airlock import finish
 from airlock.errors import AirlockError
 
 
@@ -86,7 +87,6 @@ def _prune(folder: Path, keep_s: float = 7 * 86400) -> None:
 
 def run_prolog(cfg, node: str, job: str) -> tuple[int, str]:
     from airlock import reasons
-    from airlock.results import Store
     from airlock.runner import run_level, summarize
 
     started = time.time()
@@ -98,7 +98,7 @@ def run_prolog(cfg, node: str, job: str) -> tuple[int, str]:
         save_job_snapshot(cfg, node, job, ctx.snapshot)
     except Exception as exc:  # noqa: BLE001 - the epilog then skips the counter comparison
         log(cfg, node, "prolog", f"job {job}: no GPU snapshot for the epilog: {exc}")
-    for problem in Store(cfg, node).write(run, history=run["verdict"] == "fail"):
+    for problem in finish.record_run(cfg, node, run, history=run["verdict"] == "fail"):
         log(cfg, node, "prolog", problem)
     if run["verdict"] != "fail":
         return 0, f"job {job}: quick {run['verdict']} in {run['duration_s']:.2f}s"
