@@ -1,17 +1,25 @@
 """One TOML config file, validated on load.
 
 The path comes from $AIRLOCK_CONFIG, else /etc/airlock/airlock.toml. Every key has a default, so a
-minimal (even empty) file works. Errors name the file, the key and the problem.
+minimal (even empty) file works, and so does no file at the default path (`airlock doctor` says
+so); a file that $AIRLOCK_CONFIG names must exist. Errors name the file, the key and the problem.
 
-Sections are plain dataclasses. A module that owns a section lists it in SECTIONS (as
-"module:Class", imported lazily) so the quick path never imports what it does not use.
+Sections are plain dataclasses, built and validated when first used: a mistake in a section a
+process does not use (a compute node's hook never reads [recovery]) never breaks that process.
+`Config.problems()` lists every mistake in the file for `airlock doctor`. SECTIONS names each
+section's class as "module:Class", imported lazily, so the quick path imports only what it uses.
+
+When the file cannot be loaded at all, `salvage()` still reads the few keys a hook needs to fail
+closed (state_dir, log_dir, [slurm] conf and bin_dir), line by line if the TOML is broken.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib
+import math
 import os
+import re
 import tomllib
 import types
 import typing
@@ -24,6 +32,11 @@ from airlock.errors import ConfigError
 DEFAULT_PATH = "/etc/airlock/airlock.toml"
 ENV_VAR = "AIRLOCK_CONFIG"
 LEVELS = ("quick", "standard", "deep")
+ADOPT = ("when-idle", "next-reboot")
+# Keys that older versions accepted: ignored with a warning rather than breaking a node's hooks.
+RETIRED = {
+    ("registration", "boot_tolerance"): "boot identity no longer uses the wall clock",
+}
 
 
 @dataclass
@@ -41,8 +54,14 @@ class RegistrationSection:
     enabled: bool = True
     level: str = "standard"
     suite_timeout: float = 1800.0  # hard limit on the whole detached suite, seconds
-    # Tolerance when comparing boot times (now - uptime drifts by clock adjustments).
-    boot_tolerance: float = 10.0
+    # A node Airlock sees for the first time while it runs jobs (Airlock installed on a live
+    # cluster) is adopted, not drained: the quick level runs at once, and the registration
+    # level runs when it is next idle ("when-idle": new jobs are refused until it has passed)
+    # or at its next reboot ("next-reboot": the adopted boot counts as proven until then).
+    adopt: str = "when-idle"
+    # How long the suite keeps retrying its final Slurm update (resume or drain) before it
+    # leaves the update to the next hook run, seconds.
+    slurm_retry: float = 30.0
     # Nodes whose local suites pass within this many seconds of each other run a multi-node
     # all-reduce together (coordinated through shared_dir). 0 = off.
     group_window: float = 0.0
@@ -50,8 +69,10 @@ class RegistrationSection:
 
     def validate(self) -> None:
         _choice(self.level, LEVELS, "level")
+        _choice(self.adopt, ADOPT, "adopt")
         _positive(self.suite_timeout, "suite_timeout")
         _positive(self.group_timeout, "group_timeout")
+        _range(self.slurm_retry, "slurm_retry", 0, 600)
         if self.group_window < 0:
             raise ValueError("group_window: must be >= 0 (0 = off)")
 
@@ -153,6 +174,7 @@ SECTIONS: dict[str, str] = {
     "epilog": "airlock.hooks.epilog:EpilogSection",
 }
 
+PATH_KEYS = ("state_dir", "log_dir", "shared_dir")
 TOP_LEVEL: dict[str, tuple[type, Any]] = {
     "state_dir": (str, "/var/lib/airlock"),  # node-local results and hook state
     "shared_dir": (str, ""),  # optional shared results directory the controller can read
@@ -161,20 +183,29 @@ TOP_LEVEL: dict[str, tuple[type, Any]] = {
 
 
 class Config:
-    """The loaded config: top-level keys as attributes, sections loaded on first access."""
+    """The loaded config: top-level keys as attributes, sections built on first access."""
 
-    def __init__(self, raw: dict[str, Any], path: str):
+    def __init__(self, raw: dict[str, Any], path: str, exists: bool = True):
         self.path = path
-        self._raw = raw
+        self.exists = exists  # False: no file at the default path, every default applies
+        self.warnings: list[str] = []
+        self._raw = dict(raw)
         self._sections: dict[str, Any] = {}
+        for (section, key), why in RETIRED.items():
+            table = self._raw.get(section)
+            if isinstance(table, dict) and key in table:
+                self._raw[section] = {k: v for k, v in table.items() if k != key}
+                self.warnings.append(f"config {path}: [{section}] {key} is ignored ({why})")
         for key, (typ, default) in TOP_LEVEL.items():
-            setattr(self, key, _coerce(raw.get(key, default), typ, key, path))
-        unknown = set(raw) - set(TOP_LEVEL) - set(SECTIONS)
-        if unknown:
-            raise ConfigError(f"config {path}: unknown key '{sorted(unknown)[0]}'")
-        for name in raw:
-            if name in SECTIONS:
-                self.section(name)  # validate everything present at load time
+            value = _coerce(raw.get(key, default), typ, key, path)
+            if key in PATH_KEYS:
+                _check_path(value, key, path, required=key != "shared_dir")
+            setattr(self, key, value)
+        for name in sorted(set(raw) - set(TOP_LEVEL) - set(SECTIONS)):
+            if not isinstance(raw[name], dict):
+                # A misspelt top-level key would silently leave its default in force.
+                raise ConfigError(f"config {path}: unknown key '{name}'")
+            self.warnings.append(f"config {path}: unknown section [{name}] is ignored")
 
     def section(self, name: str) -> Any:
         if name not in self._sections:
@@ -183,6 +214,22 @@ class Config:
             self._sections[name] = _build(_resolve(SECTIONS[name]), self._raw.get(name, {}),
                                           name, self.path)
         return self._sections[name]
+
+    def problems(self) -> list[str]:
+        """Every mistake in the file, one line each (sections this process never uses too)."""
+        out = []
+        for name in sorted(set(self._raw) & set(SECTIONS)):
+            try:
+                self.section(name)
+            except ConfigError as exc:
+                out.append(str(exc))
+        return out
+
+    def validate(self) -> None:
+        """Raise the first mistake anywhere in the file (strict, for tests and tools)."""
+        problems = self.problems()
+        if problems:
+            raise ConfigError(problems[0])
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_") or name not in SECTIONS:
@@ -194,13 +241,22 @@ class Config:
         return Path(self.state_dir)
 
 
+def config_path(path: str | os.PathLike | None = None) -> tuple[str, bool]:
+    """(the path to load, whether someone named it) from the argument, $AIRLOCK_CONFIG or the
+    default location."""
+    named = path or os.environ.get(ENV_VAR)
+    return str(named or DEFAULT_PATH), bool(named)
+
+
 def load(path: str | os.PathLike | None = None) -> Config:
-    path = str(path or os.environ.get(ENV_VAR) or DEFAULT_PATH)
+    path, named = config_path(path)
     try:
         with open(path, "rb") as fh:
             raw = tomllib.load(fh)
     except FileNotFoundError:
-        raise ConfigError(f"config {path}: file not found (set ${ENV_VAR})") from None
+        if not named:
+            return Config({}, path, exists=False)
+        raise ConfigError(f"config {path}: file not found") from None
     except PermissionError:
         raise ConfigError(f"config {path}: permission denied") from None
     except IsADirectoryError:
@@ -212,8 +268,60 @@ def load(path: str | os.PathLike | None = None) -> Config:
     return Config(raw, path)
 
 
-def from_dict(raw: dict[str, Any], path: str = "<dict>") -> Config:
-    return Config(raw, path)
+def from_dict(raw: dict[str, Any], path: str = "<dict>", strict: bool = True) -> Config:
+    """A config from a dict (tests, tools): every section validated now unless strict=False."""
+    cfg = Config(raw, path)
+    if strict:
+        cfg.validate()
+    return cfg
+
+
+# --- when the file cannot be loaded --------------------------------------------------------------
+_LINE = re.compile(r'^\s*([A-Za-z_]+)\s*=\s*(?:"([^"\\]*)"|(true|false))\s*(?:#.*)?$')
+_TABLE = re.compile(r"^\s*\[\s*([A-Za-z_.]+)\s*\]\s*(?:#.*)?$")
+
+
+def salvage(path: str) -> dict[str, Any]:
+    """The keys a hook needs to fail closed, read from a file that does not load: the parsed
+    TOML when only a value is wrong, else simple `key = "value"` / `key = true` lines under the
+    right table. Defaults fill what cannot be read; never raises."""
+    out: dict[str, Any] = {"state_dir": TOP_LEVEL["state_dir"][1],
+                           "log_dir": TOP_LEVEL["log_dir"][1], "shared_dir": "", "slurm.conf": "",
+                           "slurm.bin_dir": "", "registration.enabled": True}
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(1 << 20)
+    except OSError:
+        return out
+    text = data.decode("utf-8", errors="replace")
+    found: dict[str, Any] = {}
+    try:
+        raw = tomllib.loads(text)
+        for key in out:
+            table, _, name = key.rpartition(".")
+            where = raw.get(table) if table else raw
+            value = where.get(name) if isinstance(where, dict) else None
+            if value is not None:
+                found[key] = value
+    except (tomllib.TOMLDecodeError, ValueError):
+        table = ""
+        for line in text.splitlines():
+            m = _TABLE.match(line)
+            if m:
+                table = m.group(1)
+                continue
+            m = _LINE.match(line)
+            key = f"{table}.{m.group(1)}".lstrip(".") if m else ""
+            if key in out:
+                value = m.group(2) if m.group(2) is not None else m.group(3) == "true"
+                found[key] = value
+    for key, value in found.items():
+        if type(value) is not type(out[key]):
+            continue
+        if key in PATH_KEYS and not (value and os.path.isabs(value)):
+            continue  # a path the real load would refuse: keep the default
+        out[key] = value
+    return out
 
 
 def defaults(name: str) -> Any:
@@ -285,6 +393,8 @@ def _coerce(value: Any, typ: Any, key: str, path: str) -> Any:
     if typ is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise _type_error(key, "a number", value, path)
+        if not math.isfinite(value):
+            raise ConfigError(f"config {path}: {key}: must be a finite number, got {value}")
         return float(value)
     if typ is str:
         if not isinstance(value, str):
@@ -295,6 +405,20 @@ def _coerce(value: Any, typ: Any, key: str, path: str) -> Any:
 
 def _type_error(key: str, expected: str, value: Any, path: str) -> ConfigError:
     return ConfigError(f"config {path}: {key}: expected {expected}, got {value!r}")
+
+
+def _check_path(value: str, key: str, path: str, required: bool) -> None:
+    if not value and not required:
+        return
+    if not value:
+        raise ConfigError(f"config {path}: {key}: must not be empty")
+    if not os.path.isabs(value):
+        raise ConfigError(f"config {path}: {key}: must be an absolute path, got {value!r}")
+
+
+def _range(value: float, name: str, low: float, high: float) -> None:
+    if not low <= value <= high:
+        raise ValueError(f"{name}: must be between {low:g} and {high:g}, got {value}")
 
 
 def _positive(value: float, name: str) -> None:

@@ -1,5 +1,7 @@
 """Errors that reach an operator as one clear line, never as a traceback."""
 
+import traceback
+
 
 class AirlockError(Exception):
     """Base for every error Airlock reports to a person; str() is the whole message."""
@@ -17,3 +19,26 @@ class SlurmError(AirlockError):
 
 class NodeNotFound(SlurmError):
     """Slurm does not know the node name."""
+
+
+class OwnError(AirlockError):
+    """Airlock's own trouble on this node, named by subject (see airlock.reasons.OWN_ERRORS):
+    a state or log directory that cannot be written. An unproven boot fails closed on it."""
+
+    def __init__(self, subject: str, detail: str):
+        super().__init__(f"{subject} {detail}")
+        self.subject = subject
+        self.detail = detail
+
+
+def where(exc: BaseException) -> str:
+    """file:line of the innermost frame in Airlock's own code (airlock/, checks/, hooks/), for
+    a drain reason that must fit on one line."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    mine = ("/airlock/", "/checks/", "/hooks/")
+    ours = [f for f in frames if any(d in f.filename.replace("\\", "/") for d in mine)]
+    frame = (ours or frames or [None])[-1]
+    if frame is None:
+        return "?"
+    parts = frame.filename.replace("\\", "/").split("/")
+    return f"{'/'.join(parts[-2:])}:{frame.lineno}"

@@ -1,23 +1,85 @@
-"""What happens to every finished run, in one place: store it (node-local, then the shared copy),
-then refresh the node's metrics textfile. Every hook, the registration suite, `airlock check` and
+"""What happens to every finished run, in one place: summarize the check records into one run
+document, store it (node-local, then the shared copy), refresh the node's metrics textfile, and
+drain on a failure when the caller asks. Every hook, the registration suite, `airlock check` and
 the on-demand node worker finish their runs here, with one error policy:
 
-* the node-local write must succeed: its OSError propagates to the caller, which knows whether
-  the boot is proven (fail open, visibly) or not (fail closed);
-* the shared copy and the metrics textfile are best effort: their problems come back as lines
-  for the caller's log, and never cost a verdict.
+* a node-local write that fails does not stop the drain: a full or read-only state_dir must not
+  hide a failing check; the caller gets `stored=False` and the problem, and decides (an unproven
+  boot fails closed, a proven one fails open, visibly);
+* the shared copy and the metrics textfile are best effort: their problems come back as lines for
+  the caller's log, and never cost a verdict;
+* Slurm errors from the drain propagate: the caller knows whether to retry or fail closed.
 """
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass, field
 from typing import Any
 
-from airlock import metrics
-from airlock.results import ResultStore
+from airlock import drains, metrics, reasons
+from airlock.checks.base import Outcome, Verdict, worst
+from airlock.results import ResultStore, new_run_id
+from airlock.slurm import DrainResult
+
+
+def summarize(node: str, level: str, trigger: str, records: list[dict[str, Any]],
+              started: float, profile: str = "", run_id: str | None = None) -> dict[str, Any]:
+    """The run document (schema in airlock.results) from a level's check records."""
+    outcomes = [Outcome(r["check"], Verdict(r["verdict"]), r.get("detail", "")) for r in records]
+    verdict = worst(outcomes) if outcomes else Verdict.PASS
+    first_fail = next((r for r in records if r["verdict"] == "fail"), None)
+    now = time.time()
+    return {
+        "node": node,
+        "run_id": run_id or new_run_id(node),
+        "level": level,
+        "trigger": trigger,
+        "started_at": started,
+        "finished_at": now,
+        "duration_s": round(now - started, 3),
+        "verdict": verdict.value if verdict is not Verdict.SKIP else "pass",
+        "failed_check": first_fail["check"] if first_fail else None,
+        "detail": first_fail["detail"] if first_fail else "",
+        "profile": profile,
+        "checks": records,
+    }
+
+
+def failure_reason(run: dict[str, Any], suffix: str = "") -> reasons.Reason:
+    detail = f"{run['detail']} {suffix}".strip()
+    return reasons.failure(run["failed_check"] or "suite", detail)
+
+
+@dataclass
+class Finished:
+    run: dict[str, Any]
+    stored: bool = True  # the node-local copy was written
+    problems: list[str] = field(default_factory=list)
+    drain: DrainResult | None = None
+
+    @property
+    def failed(self) -> bool:
+        return self.run["verdict"] == "fail"
+
+
+def finish_run(cfg, node: str, run: dict[str, Any], history: bool = True, slurm=None,
+               reason_suffix: str = "") -> Finished:
+    """Store the run, refresh the metrics, and (with slurm) drain when it failed."""
+    done = Finished(run)
+    try:
+        done.problems += record_run(cfg, node, run, history)
+    except OSError as exc:
+        done.stored = False
+        done.problems.append(f"results not stored in {cfg.state_dir}: {exc.strerror or exc}")
+    if slurm is not None and done.failed:
+        done.drain = drains.fail(slurm, node, failure_reason(run, reason_suffix))
+    return done
 
 
 def record_run(cfg, node: str, run: dict[str, Any], history: bool = True) -> list[str]:
-    """Store a run and refresh the metrics; return the best-effort problems."""
+    """Store a run and refresh the metrics; return the best-effort problems. The node-local
+    write's OSError propagates."""
     store = ResultStore(cfg, node)
     problems = store.write(run, history=history)
     problem = refresh_metrics(cfg, node, store)

@@ -372,13 +372,13 @@ def _finish(targets: dict[str, Target], started: float, level: str, as_json: boo
 # --- workers, run on the nodes by srun ------------------------------------------------------
 def node_worker(level: str, only: list[str]) -> int:
     from airlock import config as config_mod
-    from airlock.runner import run_level, summarize
+    from airlock.runner import run_level
 
     cfg = config_mod.load()
     node = paths.local_node_name()
     started = time.time()
     records, ctx = run_level(cfg, node, level, only=only or None)
-    run = summarize(node, level, "ondemand", records, started, ctx)
+    run = finish.summarize(node, level, "ondemand", records, started, ctx.profile_name)
     try:
         finish.record_run(cfg, node, run)
     except OSError as exc:

@@ -17,6 +17,12 @@ from dataclasses import dataclass
 
 PREFIX = "airlock:"
 STATES = ("pending", "checking", "FAIL", "recover")
+# FAIL subjects that name Airlock's own trouble, not the node's hardware: a config that does not
+# load, a hook that crashed, a state or log directory that cannot be written. They close an
+# unproven boot, but no recovery action follows (a reboot fixes none of them), and the next run
+# that works replaces them.
+OWN_ERRORS = frozenset({"config", "healthcheck", "prolog", "epilog", "suite", "state_dir",
+                        "log_dir"})
 MAX_LEN = 220
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
 _SPACES = re.compile(r"\s+")
@@ -38,6 +44,11 @@ class Reason:
     @property
     def is_failure(self) -> bool:
         return self.state == "FAIL"
+
+    @property
+    def own_error(self) -> bool:
+        """A FAIL for Airlock's own trouble (see OWN_ERRORS)."""
+        return self.state == "FAIL" and self.subject in OWN_ERRORS
 
 
 def clean(text: str) -> str:

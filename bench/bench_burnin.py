@@ -22,6 +22,7 @@ import threading
 import time
 
 import torch
+
 from airlock.checks import burnin
 
 

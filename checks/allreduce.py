@@ -13,9 +13,8 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from airlock.checks.base import Outcome, failed, passed, skipped
-
 from airlock import dist, sku
+from airlock.checks.base import Outcome, failed, passed, skipped
 
 CHECK = "allreduce"
 

@@ -36,9 +36,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from airlock.checks.base import Outcome, failed, passed
-
 from airlock import protocol
+from airlock.checks.base import Outcome, failed, passed
 from airlock.faults import device_arg
 
 CHECK = "burnin"

@@ -37,5 +37,10 @@ class Context:
             self._profile = sku.for_context(self)  # config (node/partition/feature), else detected
         return self._profile
 
+    @property
+    def profile_name(self) -> str:
+        """The profile's name when a check chose one during the run ("" when none needed it)."""
+        return self._profile.name if self._profile is not None else ""
+
     def fault(self, name: str) -> str | None:
         return self.faults.get(name)

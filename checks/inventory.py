@@ -43,9 +43,8 @@ def verdict_gpu_count(found: int, expected: int, profile: str, gres: int | None 
 
 
 def check_gpu_count(ctx) -> Outcome:
-    from airlock.checks.nvml_checks import snapshot_or_outcome
-
     from airlock import sku
+    from airlock.checks.nvml_checks import snapshot_or_outcome
 
     snap = snapshot_or_outcome(ctx, "gpu_count")
     if isinstance(snap, Outcome):

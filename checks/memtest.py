@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airlock.checks.base import Outcome, failed, passed
-
 from airlock.faults import device_arg
 
 CHECK = "memtest"
@@ -273,6 +272,7 @@ def run_memtest(torch, devices: list[str], cfg: MemtestSection, level: str,
 
 def check_memtest(ctx) -> Outcome:
     import torch
+
     from airlock.checks.burnin import local_devices
 
     cfg: MemtestSection = ctx.cfg.memtest

@@ -18,7 +18,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from airlock.checks.base import Outcome, failed, passed, skipped, warned
-
 from airlock.nvml import Gpu, NvmlError, NvmlTimeout, Snapshot
 
 

@@ -23,7 +23,6 @@ from importlib import resources
 from typing import Any
 
 from airlock.checks.base import Outcome, failed, passed, warned
-
 from airlock.errors import ConfigError
 from airlock.nvml import NvmlError, XidEvent, pci_key
 
@@ -317,7 +316,7 @@ def verdict_xid(events: list[XidEvent], pol: XidPolicy, now: float, boot: float,
 
 # --- gather ------------------------------------------------------------------------------------
 def check_xid(ctx) -> Outcome:
-    from airlock.nodestate import boot_time
+    from airlock.boot import wall_start as boot_time
 
     section: XidSection = ctx.cfg.xid
     events: list[XidEvent] = []

@@ -1,24 +1,184 @@
-"""What every Slurm hook shares: one log line per run, on stderr (slurmd's log) and in the node's
-log_dir, where operators look first."""
+"""What every Slurm hook shares: the run's context, its log line, and the policy for Airlock's
+own errors (docs/guide.md, "When Airlock itself fails", has it as a table).
+
+* Unproven boot (no passing registration for this boot, or one that cannot be read): fail closed.
+  The node is drained with a reason that names the cause, `airlock: FAIL config <file>: <problem>`
+  or `airlock: FAIL <hook> <ExceptionType> <where>`, and the prolog refuses the job.
+* Proven boot: fail open. No drain (a typo in airlock.toml must not drain the cluster), but the
+  error goes to the hook's log, to errors.json (airlock.incidents) and from there to
+  `airlock status`, the metrics and `airlock doctor`.
+
+guard() catches every exception type, so no hook ever exits with a traceback (a prolog or
+epilog traceback would make Slurm set a "Prolog error" drain that Airlock may never clear).
+When the config does not load, config.salvage() still finds the state directory (to read the
+proof), the log directory and the Slurm client settings.
+"""
 
 from __future__ import annotations
 
 import os
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
-from airlock import paths
+from airlock import boot as boot_mod
+from airlock import config as config_mod
+from airlock import incidents, nodestate, paths
+from airlock.errors import ConfigError, OwnError, where
 
 
-def log(cfg, node: str, hook: str, msg: str) -> None:
-    line = f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {node} {hook}: {msg}\n"
-    sys.stderr.write(line)
-    if cfg is None:
-        return
+@dataclass
+class Hook:
+    name: str  # healthcheck | prolog | epilog
+    node: str
+    job: str = ""
+    cfg: Any = None  # the loaded config, once it loaded
+    proof: nodestate.Proof | None = None  # what node.json says about this boot, once read
+    now: boot_mod.Boot | None = None
+    started: float = field(default_factory=time.monotonic)
+    _salvaged: dict[str, Any] | None = None
+    _slurm: Any = None
+
+    # --- config, or what can be salvaged of it --------------------------------------------
+    def load_config(self) -> Any:
+        self.cfg = config_mod.load()
+        return self.cfg
+
+    def setting(self, key: str) -> Any:
+        """A key a hook needs even when the config (or that key's section) does not load."""
+        if self.cfg is not None:
+            table, _, name = key.rpartition(".")
+            try:
+                return getattr(self.cfg.section(table) if table else self.cfg, name)
+            except ConfigError:
+                pass
+        if self._salvaged is None:
+            self._salvaged = config_mod.salvage(config_mod.config_path()[0])
+        return self._salvaged[key]
+
+    def slurm(self):
+        if self._slurm is None:
+            from airlock.slurm import Slurm  # only paths that talk to Slurm pay for it
+
+            self._slurm = Slurm(bin_dir=self.setting("slurm.bin_dir"),
+                                conf=self.setting("slurm.conf"),
+                                timeout=self.cfg.slurm.timeout if self.cfg is not None else 15.0)
+        return self._slurm
+
+    # --- the proof of this boot -------------------------------------------------------------
+    def read_proof(self) -> nodestate.Proof:
+        if self.proof is None:
+            try:
+                self.now = boot_mod.current(self.node)
+            except OSError as exc:
+                self.proof = nodestate.Proof(nodestate.NONE, f"boot id unreadable: {exc}")
+                return self.proof
+            state = nodestate.NodeState(_Dirs(self.setting("state_dir")), self.node)
+            self.proof = state.proof(self.now)
+        return self.proof
+
+    def read_proof_again(self) -> nodestate.Proof:
+        """After this run changed the record (started a suite, adopted the boot)."""
+        self.proof = None
+        return self.read_proof()
+
+    def gate_on(self) -> bool:
+        return bool(self.setting("registration.enabled"))
+
+    def proven(self) -> bool:
+        """Jobs may run on this boot: its registration passed, the gate is off, or it was
+        adopted with [registration] adopt = "next-reboot"."""
+        if not self.gate_on():
+            return True
+        proof = self.read_proof()
+        if proof.passed:
+            return True
+        return (proof.state == nodestate.ADOPTED and self.cfg is not None
+                and self.cfg.registration.adopt == "next-reboot")
+
+    # --- output ------------------------------------------------------------------------------
+    def log(self, msg: str) -> None:
+        took = time.monotonic() - self.started
+        job = f" job {self.job}" if self.job else ""
+        line = (f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {self.node or '?'} {self.name}{job}: "
+                f"{msg} ({took:.2f}s)\n")
+        sys.stderr.write(line)
+        try:
+            folder = paths.expand(self.setting("log_dir"), self.node or "unknown")
+            os.makedirs(folder, exist_ok=True)
+            with open(os.path.join(folder, f"{self.name}.log"), "a") as fh:
+                fh.write(line)
+        except Exception:  # the log is best effort; stderr already has the line
+            pass
+
+
+@dataclass(frozen=True)
+class _Dirs:
+    state_dir: str
+
+
+def describe(hook: Hook, exc: BaseException) -> tuple[str, str]:
+    """(subject, detail) of a drain reason naming what went wrong."""
+    if isinstance(exc, ConfigError):
+        text = str(exc)
+        return "config", text.removeprefix("config ").strip()
+    if isinstance(exc, OwnError):
+        return exc.subject, exc.detail
+    return hook.name, f"{type(exc).__name__} {where(exc)} {exc}".strip()
+
+
+def fail_closed(hook: Hook, subject: str, detail: str) -> str:
+    """Drain with an own-error reason (kept behind a hardware failure already in force)."""
+    from airlock import drains, reasons
+
     try:
-        folder = paths.expand(cfg.log_dir, node)
-        os.makedirs(folder, exist_ok=True)
-        with open(os.path.join(folder, f"{hook}.log"), "a") as fh:
-            fh.write(line)
-    except OSError:
-        pass
+        res = drains.fail(hook.slurm(), hook.node, reasons.failure(subject, detail))
+        return "drained" if res.changed else res.why
+    except Exception as exc:  # Slurm unreachable too: the next hook run tries again
+        return f"could not drain ({type(exc).__name__}: {exc})"
+
+
+def guard(hook: Hook, body: Callable[[Hook], tuple[int, str]], open_rc: int,
+          closed_rc: int) -> int:
+    """Run a hook's body; on any exception apply the policy above. Returns the exit code."""
+    try:
+        if not hook.node:
+            raise ConfigError("SLURMD_NODENAME is not set and no node name was given")
+        rc, msg = body(hook)
+        hook.log(msg)
+        if hook.cfg is not None:
+            incidents.clear(hook.cfg.state_dir, hook.cfg.shared_dir, hook.node, hook.name)
+        return rc
+    except BaseException as exc:  # every type: no hook exits with a traceback
+        return _on_error(hook, exc, open_rc, closed_rc)
+
+
+def _on_error(hook: Hook, exc: BaseException, open_rc: int, closed_rc: int) -> int:
+    try:
+        subject, detail = describe(hook, exc)
+        text = f"{subject} {detail}"
+        if not hook.node:
+            hook.log(f"error: {text}")
+            return closed_rc
+        try:
+            proven = hook.proven()
+        except Exception:  # the proof cannot be read either: unproven
+            proven = False
+        if proven:
+            hook.log(f"error, failing open (this boot passed its registration): {text}")
+            verdict, rc = "fail open", open_rc
+        else:
+            outcome = fail_closed(hook, subject, detail)
+            hook.log(f"error on an unproven boot, failing closed: {text}; {outcome}")
+            verdict, rc = "fail closed", closed_rc
+        problem = incidents.record(hook.setting("state_dir"), hook.setting("shared_dir"),
+                                   hook.node, hook.name, f"{verdict}: {text}")
+        if problem:
+            hook.log(f"could not record the error: {problem}")
+        return rc
+    except BaseException as inner:  # the last line of defence
+        sys.stderr.write(f"airlock {hook.name}: {type(inner).__name__} while handling "
+                         f"{type(exc).__name__}: {exc}\n")
+        return closed_rc

@@ -27,13 +27,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from airlock.checks.base import Outcome, failed, passed, skipped, warned
-from airlock.hooks.common import log
-from airlock.hooks.prolog import drain_failure, gpu_snapshot, jobs_dir
-
-from airlock import config as config_mod
 from airlock import finish
+from airlock.checks.base import Outcome, failed, passed, skipped, warned
 from airlock.errors import AirlockError
+from airlock.hooks.common import Hook, guard
+from airlock.hooks.prolog import gpu_snapshot, jobs_dir
 
 
 @dataclass
@@ -168,11 +166,10 @@ def _gpus(cfg, node: str) -> list[dict[str, Any]]:
     return out
 
 
-def run_epilog(cfg, node: str, job: str, job_gpus_env: str | None) -> tuple[int, str]:
-    from airlock import reasons
+def run_epilog(hook: Hook, job_gpus_env: str | None) -> tuple[int, str]:
     from airlock.paths import read_json
-    from airlock.runner import summarize
 
+    cfg, node, job = hook.cfg, hook.node, hook.job
     started = time.time()
     t0 = time.monotonic()
     snap_path = jobs_dir(cfg, node) / f"{job}.json"
@@ -198,41 +195,41 @@ def run_epilog(cfg, node: str, job: str, job_gpus_env: str | None) -> tuple[int,
         rec = o.to_dict()
         rec.update(duration_s=took, attempts=1)
         records.append(rec)
-    run = summarize(node, "epilog", "epilog", records, started, None)
+    run = finish.summarize(node, "epilog", "epilog", records, started)
     run["job_id"] = job
-    for problem in finish.record_run(cfg, node, run, history=run["verdict"] == "fail"):
-        log(cfg, node, "epilog", problem)
     try:
         os.unlink(snap_path)
     except OSError:
         pass
-    if run["verdict"] != "fail":
-        return 0, f"job {job}: epilog {run['verdict']} in {run['duration_s']:.2f}s"
+    failing = run["verdict"] == "fail"
     try:
-        msg = drain_failure(cfg, node, run["failed_check"],
-                            f"{run['detail']} (epilog job {job})", reasons)
-        return 0, f"job {job}: {msg}"
+        done = finish.finish_run(cfg, node, run, history=failing,
+                                 slurm=hook.slurm() if failing else None,
+                                 reason_suffix=f"(epilog job {job})")
     except AirlockError as exc:
-        return 1, f"job {job}: FAIL {run['failed_check']}; could not set the reason: {exc}"
+        # Exit 1: Slurm's own "Epilog error" drain then protects the next job.
+        return 1, f"FAIL {run['failed_check']}; could not set the reason: {exc}"
+    for problem in done.problems:
+        hook.log(problem)
+    if not failing:
+        return 0, f"epilog {run['verdict']} in {run['duration_s']:.2f}s"
+    # Exit 0 after our own drain, so Slurm does not add its "Epilog error" on top.
+    return 0, f"FAIL {run['failed_check']}: {'drained' if done.drain.changed else done.drain.why}"
+
+
+def body(hook: Hook) -> tuple[int, str]:
+    cfg = hook.load_config()
+    if not cfg.epilog.enabled:
+        return 0, "epilog checks off ([epilog] enabled = false)"
+    return run_epilog(hook, os.environ.get("SLURM_JOB_GPUS"))
 
 
 def main(argv: list[str] | None = None) -> int:
-    node = os.environ.get("SLURMD_NODENAME", "")
-    job = os.environ.get("SLURM_JOB_ID", "?")
-    cfg = None
-    started = time.monotonic()
-    try:
-        if not node:
-            raise AirlockError("SLURMD_NODENAME is not set")
-        cfg = config_mod.load()
-        if not cfg.epilog.enabled:
-            return 0
-        rc, msg = run_epilog(cfg, node, job, os.environ.get("SLURM_JOB_GPUS"))
-        log(cfg, node, "epilog", f"{msg} ({time.monotonic() - started:.2f}s)")
-        return rc
-    except AirlockError as exc:
-        log(cfg, node or "?", "epilog", f"job {job}: error: {exc}")
-        return 0
+    hook = Hook("epilog", os.environ.get("SLURMD_NODENAME", ""),
+                job=os.environ.get("SLURM_JOB_ID", "?"))
+    return guard(hook, body, open_rc=0, closed_rc=0)
+
+
 
 
 if __name__ == "__main__":

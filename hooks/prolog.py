@@ -1,13 +1,19 @@
-"""Prolog: the quick level before every job, within a few seconds.
+"""Prolog, the second lock: before every job, within a few seconds.
 
 slurmd runs it as root with SLURMD_NODENAME, SLURM_JOB_ID, SLURM_JOB_USER, SLURM_CONF and no PATH.
-On success it only records the run and a snapshot of the GPUs' error counters (for the epilog to
-compare against) and exits 0: no Slurm call, no torch, nothing slow.
 
-On failure it drains the node with a precise reason ("airlock: FAIL <check> <detail> (prolog
-job N)") and exits 1; Slurm then requeues the job (held) and keeps the node drained. Airlock's
-own trouble (a broken config, an unreachable slurmctld) is logged and lets the job run: a typo
-in airlock.toml must not drain the whole cluster through every prolog at once.
+* This boot has no passing registration (whatever the reason: the boot-time drain failed
+  because slurmctld was down, the config was broken at boot, the record is damaged, the suite is
+  still running or failed): refuse the job. The node is drained with an Airlock reason, the
+  registration suite is started or re-attached to (hooks.gate), and the prolog exits 1, so Slurm
+  requeues the job (not held, with SchedulerParameters=nohold_on_prolog_fail) for a proven node.
+* This boot has passed: the quick level, locally. On success it records the run and a snapshot
+  of the GPUs' error counters (for the epilog to compare against) and exits 0: no Slurm call, no
+  torch, nothing slow. On failure it drains with a precise reason ("airlock: FAIL <check>
+  <detail> (prolog job N)") and exits 1; Slurm requeues the job and keeps the node drained.
+* Airlock's own errors (hooks.common): an unproven boot refuses the job (fail closed); a proven
+  boot lets it run (a typo in airlock.toml must not drain the whole cluster through every prolog
+  at once), and the error shows in the log, `airlock status`, the metrics and `airlock doctor`.
 """
 
 from __future__ import annotations
@@ -19,15 +25,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from airlock.hooks.common import log
-
-from airlock import config as config_mod
 from airlock import finish
-from airlock.errors import AirlockError
+from airlock.hooks import gate
+from airlock.hooks.common import Hook, guard
 
 
 @dataclass
 class PrologSection:
+    # The quick level before every job. Off, the prolog still refuses jobs on an unproven boot.
     enabled: bool = True
     # The whole quick level's time budget before the job starts; keep it well below slurm.conf's
     # PrologEpilogTimeout, or Slurm kills the prolog and drains with its own "Prolog error".
@@ -85,63 +90,46 @@ def _prune(folder: Path, keep_s: float = 7 * 86400) -> None:
             pass
 
 
-def run_prolog(cfg, node: str, job: str) -> tuple[int, str]:
-    from airlock import reasons
-    from airlock.runner import run_level, summarize
+def run_prolog(hook: Hook) -> tuple[int, str]:
+    """The quick level on a proven boot."""
+    from airlock.runner import run_level  # imports the check registry: only this path needs it
 
+    cfg, node, job = hook.cfg, hook.node, hook.job
     started = time.time()
     deadline = time.monotonic() + cfg.prolog.budget
     records, ctx = run_level(cfg, node, "quick", deadline=deadline)
-    run = summarize(node, "quick", "prolog", records, started, ctx)
+    run = finish.summarize(node, "quick", "prolog", records, started, ctx.profile_name)
     run["job_id"] = job
     try:
         save_job_snapshot(cfg, node, job, ctx.snapshot)
-    except Exception as exc:  # noqa: BLE001 - the epilog then skips the counter comparison
-        log(cfg, node, "prolog", f"job {job}: no GPU snapshot for the epilog: {exc}")
-    for problem in finish.record_run(cfg, node, run, history=run["verdict"] == "fail"):
-        log(cfg, node, "prolog", problem)
-    if run["verdict"] != "fail":
-        return 0, f"job {job}: quick {run['verdict']} in {run['duration_s']:.2f}s"
-    try:
-        msg = drain_failure(cfg, node, run["failed_check"] or "prolog",
-                            f"{run['detail']} (prolog job {job})", reasons)
-    except AirlockError as exc:
-        # Still exit 1: Slurm's own "Prolog error" drain then protects the next job.
-        msg = f"FAIL {run['failed_check']}; could not set the reason: {exc}"
-    return 1, f"job {job}: {msg}"
+    except Exception as exc:  # the epilog then skips the counter comparison
+        hook.log(f"no GPU snapshot for the epilog: {exc}")
+    slurm = hook.slurm() if run["verdict"] == "fail" else None
+    done = finish.finish_run(cfg, node, run, history=run["verdict"] == "fail", slurm=slurm,
+                             reason_suffix=f"(prolog job {job})")
+    for problem in done.problems:
+        hook.log(problem)
+    if not done.failed:
+        return 0, f"quick {run['verdict']} in {run['duration_s']:.2f}s"
+    how = "drained" if done.drain.changed else done.drain.why
+    return 1, f"FAIL {run['failed_check']}: {how}"
 
 
-def drain_failure(cfg, node: str, check: str, detail: str, reasons) -> str:
-    """Drain with the failing check named, keeping an earlier Airlock failure or a foreign drain."""
-    from airlock.slurm import Slurm
-
-    slurm = Slurm.from_config(cfg)
-    current = slurm.node(node)
-    parsed = reasons.parse(current.reason)
-    if parsed is not None and parsed.is_failure:
-        return f"FAIL {check}; kept earlier {current.reason!r}"
-    res = slurm.drain(node, reasons.failure(check, detail))
-    return f"FAIL {check}: {'drained' if res.changed else res.why}"
+def body(hook: Hook) -> tuple[int, str]:
+    cfg = hook.load_config()
+    if not hook.proven():
+        proof = hook.read_proof()
+        why = f" ({proof.why})" if proof.why else ""
+        return 1, f"refused, this boot is not proven: {proof.state}{why}; {gate.lock(hook)}"
+    if not cfg.prolog.enabled:
+        return 0, "proven boot; quick checks off ([prolog] enabled = false)"
+    return run_prolog(hook)
 
 
 def main(argv: list[str] | None = None) -> int:
-    node = os.environ.get("SLURMD_NODENAME", "")
-    job = os.environ.get("SLURM_JOB_ID", "?")
-    cfg = None
-    started = time.monotonic()
-    try:
-        if not node:
-            raise AirlockError("SLURMD_NODENAME is not set")
-        cfg = config_mod.load()
-        if not cfg.prolog.enabled:
-            return 0
-        rc, msg = run_prolog(cfg, node, job)
-        log(cfg, node, "prolog", f"{msg} ({time.monotonic() - started:.2f}s)")
-        return rc
-    except AirlockError as exc:
-        # Fail open on Airlock's own errors; see the module docstring.
-        log(cfg, node or "?", "prolog", f"job {job}: error, job allowed: {exc}")
-        return 0
+    hook = Hook("prolog", os.environ.get("SLURMD_NODENAME", ""),
+                job=os.environ.get("SLURM_JOB_ID", "?"))
+    return guard(hook, body, open_rc=0, closed_rc=1)
 
 
 if __name__ == "__main__":

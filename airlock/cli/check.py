@@ -12,7 +12,7 @@ import click
 from airlock import config as config_mod
 from airlock import finish, ondemand, paths, report
 from airlock.cli.common import load_config
-from airlock.runner import run_level, summarize
+from airlock.runner import run_level
 
 
 @click.command("check")
@@ -42,7 +42,7 @@ def check_cmd(ctx, level, only, profile, node, nodes_expr, partition, feature, w
     started = time.time()
     progress = None if as_json or not sys.stderr.isatty() else report.terminal_progress
     records, rctx = run_level(cfg, node, level, only=list(only) or None, progress=progress)
-    run = summarize(node, level, "manual", records, started, rctx)
+    run = finish.summarize(node, level, "manual", records, started, rctx.profile_name)
     try:
         for problem in finish.record_run(cfg, node, run):
             click.echo(f"airlock: {problem}", err=True)

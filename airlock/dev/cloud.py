@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import json
 import shutil
-import signal
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from airlock.dev import cluster as devcluster
 from airlock.dev.cluster import healthy_gpus
 
 
@@ -67,10 +65,7 @@ class FakeCloud:
 
     def kill_instance_processes(self, node: str) -> None:
         """The old instance's processes die with it (here: its detached Airlock suites)."""
-        for pid in devcluster._pids_with_marker(str(self.cluster.root)):
-            cmd = devcluster._cmdline(pid)
-            if "airlock.runner" in cmd and cmd[cmd.index("--node") + 1:][:1] == [node]:
-                devcluster._kill(pid, signal.SIGKILL)
+        self.cluster.kill_node_processes(node)
 
     def _handler(self):
         cloud = self

@@ -12,11 +12,11 @@ import subprocess
 import uuid
 
 import pytest
+
+from airlock import config, dist, faults
 from airlock.checks import allreduce, registry
 from airlock.checks.allreduce import AllreduceSection, verdict_allreduce
 from airlock.checks.context import Context
-
-from airlock import config, dist, faults
 from airlock.dist import params_for
 from airlock.errors import ConfigError
 

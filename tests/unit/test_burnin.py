@@ -7,11 +7,11 @@ from __future__ import annotations
 import json
 
 import pytest
+
+from airlock import config, faults
 from airlock.checks import burnin
 from airlock.checks.burnin import DeviceRun, verdict_burnin
 from airlock.checks.context import Context
-
-from airlock import config, faults
 from airlock.errors import ConfigError
 from airlock.results import ResultStore
 

@@ -32,6 +32,14 @@ def test_env_var_names_the_file(tmp_path, monkeypatch):
         ("[slurm]\ntimeout = 'soon'\n", "[slurm] timeout: expected a number, got 'soon'"),
         ("[slurm]\ntimeuot = 3\n", "[slurm] unknown key 'timeuot'"),
         ("bogus = 1\n", "unknown key 'bogus'"),
+        ("state_dir = ''\n", "state_dir: must not be empty"),
+        ("log_dir = 'var/log/airlock'\n", "log_dir: must be an absolute path"),
+        ("shared_dir = 'shared'\n", "shared_dir: must be an absolute path"),
+        ("[slurm]\ntimeout = nan\n", "[slurm] timeout: must be a finite number"),
+        ("[healthcheck]\nbudget = inf\n", "must be a finite number"),
+        ("[registration]\nsuite_timeout = -5\n", "suite_timeout: must be > 0"),
+        ("[registration]\nadopt = 'never'\n", "adopt: must be one of"),
+        ("[registration]\nslurm_retry = 1e9\n", "slurm_retry: must be between"),
         ("[registration]\nlevel = 'ultra'\n", "[registration] level: must be one of"),
         ("[healthcheck]\nbudget = 90\n", "below Slurm's 60 s"),
         ("[slurm]\ntimeout = -1\n", "timeout: must be > 0"),
@@ -44,17 +52,62 @@ def test_env_var_names_the_file(tmp_path, monkeypatch):
 def test_mistakes_are_one_clear_line(tmp_path, text, needle):
     p = write(tmp_path, text)
     with pytest.raises(ConfigError) as exc:
-        config.load(p)
+        config.load(p).validate()
     msg = str(exc.value)
     assert needle in msg and str(p) in msg and "\n" not in msg
 
 
-def test_missing_and_unreadable_files(tmp_path):
+def test_missing_and_unreadable_files(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match="file not found"):
         config.load(tmp_path / "nope.toml")
+    monkeypatch.setenv("AIRLOCK_CONFIG", str(tmp_path / "named.toml"))
+    with pytest.raises(ConfigError, match="named.toml: file not found"):
+        config.load()
     with pytest.raises(ConfigError, match="is a directory"):
         config.load(tmp_path)
     p = write(tmp_path, "")
     p.write_bytes(b"\xff\xfe = 1")
     with pytest.raises(ConfigError, match="config"):
         config.load(p)
+
+
+def test_no_file_at_the_default_path_means_defaults(monkeypatch, tmp_path):
+    monkeypatch.delenv("AIRLOCK_CONFIG", raising=False)
+    monkeypatch.setattr(config, "DEFAULT_PATH", str(tmp_path / "absent.toml"))
+    cfg = config.load()
+    assert not cfg.exists and cfg.state_dir == "/var/lib/airlock"
+    assert cfg.registration.level == "standard" and cfg.problems() == []
+
+
+def test_a_section_a_node_does_not_use_never_breaks_it(tmp_path):
+    cfg = config.load(write(tmp_path, "[recovery]\npoll_intervall = 3\n[recovry]\nx = 1\n"))
+    assert cfg.registration.level == "standard" and cfg.healthcheck.budget == 30.0
+    assert any("[recovery] unknown key 'poll_intervall'" in p for p in cfg.problems())
+    assert any("unknown section [recovry]" in w for w in cfg.warnings)
+    with pytest.raises(ConfigError, match="poll_intervall"):
+        cfg.section("recovery")
+
+
+def test_retired_keys_warn_instead_of_breaking(tmp_path):
+    cfg = config.load(write(tmp_path, "[registration]\nboot_tolerance = 10\n"))
+    assert cfg.registration.level == "standard"
+    assert any("boot_tolerance is ignored" in w for w in cfg.warnings)
+
+
+@pytest.mark.parametrize("text, expect", [
+    ('state_dir = "/srv/s"\n[slurm]\nconf = "/etc/x.conf"\nbin_dir = "/opt/s/bin"\n'
+     "[registration]\nenabled = false\noops = = 3\n",
+     {"state_dir": "/srv/s", "slurm.conf": "/etc/x.conf", "slurm.bin_dir": "/opt/s/bin",
+      "registration.enabled": False}),
+    ('state_dir = "relative"\n[slurm]\nconf = 3\n',
+     {"state_dir": "/var/lib/airlock", "slurm.conf": "", "registration.enabled": True}),
+    ('[other]\nstate_dir = "/not/top/level"\n[slurm\n',
+     {"state_dir": "/var/lib/airlock"}),
+])
+def test_salvage_reads_what_a_hook_needs_from_a_broken_file(tmp_path, text, expect):
+    got = config.salvage(str(write(tmp_path, text)))
+    assert {k: got[k] for k in expect} == expect
+
+
+def test_salvage_of_a_missing_file_is_the_defaults(tmp_path):
+    assert config.salvage(str(tmp_path / "nope"))["log_dir"] == "/var/log/airlock"

@@ -4,11 +4,11 @@ small CPU buffers, for real, healthy and with memtest_corrupt / alloc_fail caugh
 from __future__ import annotations
 
 import pytest
+
+from airlock import config, faults
 from airlock.checks import memtest
 from airlock.checks.context import Context
 from airlock.checks.memtest import MIB, BadWord, DeviceMem, verdict_memtest
-
-from airlock import config, faults
 from airlock.errors import ConfigError
 
 

@@ -15,6 +15,7 @@ from airlock import config as config_mod
 from airlock import finish, metrics, results, status
 from airlock.dev.cluster import healthy_gpus
 from airlock.slurm import Node
+from tests.support import prove_boot
 
 
 def _samples(text: str) -> dict[tuple[str, tuple], float]:
@@ -85,6 +86,7 @@ def test_real_prolog_run_writes_the_node_file(tmp_path):
     conf = tmp_path / "airlock.toml"
     conf.write_text(f'state_dir = "{tmp_path}/state"\nlog_dir = "{tmp_path}/log"\n'
                     f'[nvml]\nsimulate = "{sim}"\n[metrics]\ntextfile_dir = "{tmp_path}/prom"\n')
+    prove_boot(conf, "n1")
     env = {"AIRLOCK_CONFIG": str(conf), "SLURMD_NODENAME": "n1", "SLURM_JOB_ID": "42"}
     out = subprocess.run([sys.executable, "-m", "airlock.hooks.prolog"], env=env,
                          capture_output=True, text=True, timeout=60)

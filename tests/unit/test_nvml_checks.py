@@ -8,13 +8,14 @@ import time
 from dataclasses import replace
 
 import pytest
+
+from airlock import config
 from airlock.checks import inventory
 from airlock.checks import nvml_checks as nc
 from airlock.checks.base import Verdict
-
-from airlock import config
+from airlock.finish import summarize
 from airlock.nvml import Gpu, NvmlError, NvmlTimeout, Snapshot, gpu_from_dict, healthy_gpu_dict
-from airlock.runner import run_level, summarize
+from airlock.runner import run_level
 
 
 def gpus(n: int = 8, **change) -> list[Gpu]:
@@ -185,7 +186,7 @@ def healthy_entry(n: int = 8) -> dict:
 def quick(cfg) -> dict:
     started = time.time()
     records, ctx = run_level(cfg, "n1", "quick")
-    return summarize("n1", "quick", "test", records, started, ctx)
+    return summarize("n1", "quick", "test", records, started, ctx.profile_name)
 
 
 def test_healthy_node_passes_every_quick_check(tmp_path):
@@ -263,7 +264,6 @@ def test_fault_that_clears_is_flaky_warning_not_failure(tmp_path):
     cfg = make_cfg(tmp_path, entry)
     from airlock.checks import registry
     from airlock.checks.context import Context
-
     from airlock.runner import run_check
 
     ctx = Context.create(cfg, "n1", "quick")
@@ -283,7 +283,7 @@ def test_hung_nvml_fails_once_as_nvml_timeout_and_nothing_waits_again(tmp_path):
     assert run["failed_check"] == "nvml"
     assert run["detail"].startswith("timeout")
     from airlock import reasons
-    from airlock.runner import failure_reason
+    from airlock.finish import failure_reason
 
     assert failure_reason(run).format().startswith(f"{reasons.PREFIX} FAIL nvml timeout")
     nvml_checks = [r for r in run["checks"]

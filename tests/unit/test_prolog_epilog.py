@@ -10,10 +10,11 @@ import subprocess
 import sys
 
 import pytest
-from airlock.hooks import epilog
 
 from airlock import config as config_mod
 from airlock.dev.cluster import healthy_gpus
+from airlock.hooks import epilog
+from tests.support import prove_boot
 
 # --- pure verdicts ----------------------------------------------------------------------------
 
@@ -104,6 +105,7 @@ def test_prolog_never_imports_torch(tmp_path):
     conf = tmp_path / "airlock.toml"
     conf.write_text(f'state_dir = "{tmp_path}/state"\nlog_dir = "{tmp_path}/log"\n'
                     f'[nvml]\nsimulate = "{sim}"\n')
+    prove_boot(conf, "n1")
     code = ("import sys; from airlock.hooks import prolog; rc = prolog.main(); "
             "print(rc, 'torch' in sys.modules)")
     env = {"AIRLOCK_CONFIG": str(conf), "SLURMD_NODENAME": "n1", "SLURM_JOB_ID": "7",

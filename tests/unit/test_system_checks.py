@@ -5,11 +5,11 @@ from __future__ import annotations
 import os
 
 import pytest
+
+from airlock import config
 from airlock.checks import system
 from airlock.checks.base import Verdict
 from airlock.checks.context import Context
-
-from airlock import config
 from airlock.errors import ConfigError
 
 

@@ -7,9 +7,9 @@ import time
 from datetime import UTC, datetime
 
 import pytest
+
 from airlock.checks import xid
 from airlock.checks.base import Verdict
-
 from airlock.errors import ConfigError
 from airlock.nvml import XidEvent
 

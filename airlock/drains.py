@@ -1,0 +1,51 @@
+"""The drain policy: what Airlock may do to a node's drain, in one place.
+
+Built on Slurm.drain/resume, which already leave foreign drains (an admin's, Slurm's own) alone.
+Every rule reads the node's state flags through Node.claim: a reason on a node that is not
+drained is history, not a claim (Slurm 23.11+ without accounting keeps the reason text after a
+resume), so it never stops a new drain.
+
+  isolate   a registration begins: drain with "pending <level> check <why>"
+  fail      a check failed: drain with the failure, unless a failure of the node's hardware or a
+            recovery action is already in force there (the first failure stays the story until
+            someone acts on it); Airlock's own-error failures (config, a crashed hook, ...) are
+            replaced by a real verdict
+  release   a registration or a run passed: resume only a pending/checking claim, or an
+            own-error failure that this working run disproves
+"""
+
+from __future__ import annotations
+
+from airlock import reasons
+from airlock.slurm import DrainResult, Slurm
+
+
+def isolate(slurm: Slurm, node: str, level: str, why: str) -> DrainResult:
+    return slurm.drain(node, reasons.pending(level, why))
+
+
+def keeps(claim: reasons.Reason | None) -> str:
+    """Why a new failure must not replace the claim in force ("" when it may)."""
+    if claim is None:
+        return ""
+    if claim.is_failure and not claim.own_error:
+        return "earlier failure"
+    if claim.state == "recover":
+        return "recovery in progress"
+    return ""
+
+
+def fail(slurm: Slurm, node: str, reason: reasons.Reason) -> DrainResult:
+    current = slurm.node(node)
+    kept = keeps(current.claim)
+    if kept:
+        return DrainResult(node, False, f"kept {kept} {current.reason!r}")
+    return slurm.drain(node, reason)
+
+
+def releasable(claim: reasons.Reason | None) -> bool:
+    return claim is not None and (claim.state in ("pending", "checking") or claim.own_error)
+
+
+def release(slurm: Slurm, node: str) -> DrainResult:
+    return slurm.resume(node, only_if=releasable)

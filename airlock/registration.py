@@ -1,0 +1,239 @@
+"""The registration suite: `python -m airlock.registration --node N --run-id R --trigger T`,
+started detached by the hooks (hooks.gate) for a boot that has no proof yet.
+
+1. Isolation first. No check runs until Slurm shows the node drained (by Airlock or anyone)
+   and running no job: a heavy check never runs over a job, whichever path started the suite
+   (a boot, a node adopted while busy, a job refused by the prolog). While it waits, the record
+   says so and the hooks' suite timeout does not run; slurmctld down means waiting too (no job
+   can be scheduled meanwhile).
+2. The registration level, with the node's drain put back before each check (a reboot with
+   nextstate=resume, or a FUTURE node registering on 22.05, clears it).
+3. With [registration] group_window, a multi-node all-reduce with the nodes that registered in
+   the same window (airlock.batch).
+4. The verdict: the run is stored, then the node is resumed (pass, only while Airlock's pending
+   claim is in force) or drained with the failure. A Slurm update that fails is retried for
+   [registration] slurm_retry seconds, then left in the record for the next hook run.
+   A suite that a newer boot superseded leaves Slurm alone.
+
+Any exception ends as a verdict ("error", an own-error drain), never as a silent exit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from airlock import config as config_mod
+from airlock import drains, finish, nodestate, reasons
+from airlock.checks.base import failed, passed, warned
+from airlock.errors import AirlockError, where
+from airlock.runner import run_level
+from airlock.slurm import Slurm
+
+POLL_S = 2.0
+
+
+def log(msg: str) -> None:
+    print(time.strftime("%Y-%m-%dT%H:%M:%S ") + msg, file=sys.stderr, flush=True)
+
+
+class Suite:
+    def __init__(self, cfg, node: str, run_id: str, trigger: str):
+        self.cfg, self.node, self.run_id, self.trigger = cfg, node, run_id, trigger
+        self.level = cfg.registration.level
+        self.slurm = Slurm.from_config(cfg)
+        self.state = nodestate.NodeState(cfg, node)
+
+    def superseded(self) -> bool:
+        """A newer boot of this node started its own suite: this one must not touch Slurm."""
+        record = self.state.load()
+        return record is not None and record["run_id"] != self.run_id
+
+    # --- isolation --------------------------------------------------------------------------
+    def isolated_and_idle(self) -> str:
+        """"" when Slurm shows the node drained and running no job, else why not (after putting
+        Airlock's drain back if it is missing)."""
+        current = self.slurm.node(self.node)
+        if not current.drained:
+            drains.isolate(self.slurm, self.node, self.level, self.trigger)
+            return "drain just set"
+        if current.busy:
+            return f"jobs still running ({current.state_text})"
+        return ""
+
+    def wait_for_isolation(self) -> None:
+        waiting, last = False, None
+        while True:
+            if self.superseded():
+                raise Superseded()
+            try:
+                why = self.isolated_and_idle()
+            except AirlockError as exc:
+                why = f"Slurm unreachable: {exc}"
+            if not why:
+                if waiting:
+                    self.state.phase(self.run_id, "checking")
+                    log(f"{self.node}: isolated and idle; checks start")
+                return
+            if not waiting:
+                self.state.phase(self.run_id, "waiting")
+                waiting = True
+            if why != last:
+                log(f"{self.node}: waiting before any check: {why}")
+                last = why
+            time.sleep(POLL_S)
+
+    def keep_isolated(self, _spec) -> None:
+        if self.superseded():
+            raise Superseded()
+        try:
+            if not self.slurm.node(self.node).drained:
+                drains.isolate(self.slurm, self.node, self.level, self.trigger)
+        except AirlockError as exc:
+            log(f"could not verify isolation: {exc}")
+
+    # --- the run ------------------------------------------------------------------------------
+    def run(self) -> dict[str, Any]:
+        started = time.time()
+        self.wait_for_isolation()
+        deadline = time.monotonic() + self.cfg.registration.suite_timeout
+        records, ctx = run_level(self.cfg, self.node, self.level, deadline=deadline,
+                                 before_check=self.keep_isolated)
+        if self.cfg.registration.group_window > 0 and self.cfg.shared_dir and \
+                not any(r["verdict"] == "fail" for r in records):
+            group = self.batch_group()
+            if group is not None:
+                records.append(group)
+        return finish.summarize(self.node, self.level, self.trigger, records, started,
+                                ctx.profile_name, self.run_id)
+
+    def batch_group(self) -> dict[str, Any] | None:
+        """Join this registration window's batch; the group all-reduce's record, or None if
+        alone. A batch that cannot say whether this node is good is a warning, never a drain."""
+        from airlock.batch import Batch  # only with [registration] group_window
+        from airlock.checks.groupcheck import run_member
+
+        reg = self.cfg.registration
+        started = time.monotonic()
+        try:
+            addr = self.slurm.node(self.node).address or "127.0.0.1"
+        except AirlockError:
+            addr = "127.0.0.1"
+        batch = Batch(Path(self.cfg.shared_dir) / ".batches", self.node, addr, reg.group_window,
+                      reg.group_timeout, tuple(self.cfg.ondemand.port_range),
+                      confirm=self.cfg.checks.confirm_runs)
+        batch.arrive(self.run_id)
+        doc = batch.form()
+        if doc is None:
+            log(f"{self.node}: no other node registered within {reg.group_window:g}s; "
+                "no batch test")
+            return None
+
+        def member(nodes: list[str], master: str, port: int) -> dict[str, Any]:
+            return run_member(self.cfg, self.node, nodes, master, port, self.level,
+                              timeout=reg.group_timeout)
+
+        verdict = batch.run(doc, member)
+        members = ",".join(doc["members"])
+        if self.node in verdict.get("good", []):
+            outcome = passed("group_allreduce", f"batch {members}")
+        elif self.node in verdict.get("bad", []):
+            outcome = failed("group_allreduce", verdict["details"].get(self.node, "failed"),
+                             members=members)
+        else:
+            why = verdict.get("details", {}).get(self.node, "")
+            outcome = warned("group_allreduce", f"inconclusive in batch {members}: {why}".strip())
+        record = outcome.to_dict()
+        record["duration_s"] = round(time.monotonic() - started, 3)
+        record["attempts"] = 1
+        return record
+
+    # --- the verdict --------------------------------------------------------------------------
+    def conclude(self, run: dict[str, Any]) -> int:
+        verdict = run["verdict"]
+        done = finish.finish_run(self.cfg, self.node, run)
+        for problem in done.problems:
+            log(problem)
+        if self.superseded():
+            log(f"{self.node}: {verdict}, but a newer registration took over; Slurm left alone")
+            return 0
+        failing = verdict == "fail"
+        reason = finish.failure_reason(run).format() if failing else ""
+        pending = self.update_slurm(failing, reason)
+        self.state.finish(self.run_id, verdict, slurm_pending=pending,
+                          detail=run["detail"] if failing else "", reason=reason)
+        return 1 if failing else 0
+
+    def update_slurm(self, failing: bool, reason: str) -> str:
+        """Resume or drain, retried for slurm_retry seconds; "" when done, else what is left
+        for the next hook run ("resume" or "fail")."""
+        give_up = time.monotonic() + self.cfg.registration.slurm_retry
+        while True:
+            try:
+                if failing:
+                    res = drains.fail(self.slurm, self.node, reasons.parse(reason))
+                else:
+                    self.keep_isolated(None)
+                    res = drains.release(self.slurm, self.node)
+                log(f"{self.node}: {'fail' if failing else 'pass'} -> "
+                    f"{'changed' if res.changed else 'unchanged'} {res.why}")
+                return ""
+            except AirlockError as exc:
+                if time.monotonic() >= give_up:
+                    log(f"{self.node}: Slurm update failed ({exc}); left to the next hook run")
+                    return "fail" if failing else "resume"
+                time.sleep(POLL_S)
+
+
+class Superseded(Exception):
+    """A newer registration owns the node's record."""
+
+
+def registration(cfg, node: str, run_id: str, trigger: str) -> int:
+    suite = Suite(cfg, node, run_id, trigger)
+    try:
+        return suite.conclude(suite.run())
+    except Superseded:
+        log(f"{node}: a newer registration took over; this one stops")
+        return 0
+    except BaseException as exc:  # every type ends as a verdict: an unproven boot stays closed
+        return crashed(suite, exc)
+
+
+def crashed(suite: Suite, exc: BaseException) -> int:
+    detail = f"{type(exc).__name__} {where(exc)} {exc}".strip()
+    log(f"{suite.node}: suite error: {detail}")
+    reason = reasons.failure("suite", detail)
+    try:
+        if suite.superseded():
+            return 1
+        suite.state.finish(suite.run_id, "error", error=detail, detail=detail,
+                           reason=reason.format(), slurm_pending="fail")
+        drains.fail(suite.slurm, suite.node, reason)
+        suite.state.settle(suite.run_id)
+    except BaseException as inner:  # the hooks re-assert the failure from the record
+        log(f"{suite.node}: could not record or drain the suite error: {inner}")
+    return 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m airlock.registration")
+    p.add_argument("--node", required=True)
+    p.add_argument("--run-id", required=True)
+    p.add_argument("--trigger", default="boot")
+    args = p.parse_args(argv)
+    try:
+        cfg = config_mod.load()
+    except AirlockError as exc:
+        # The hook that started us loaded this config a moment ago; it will see the record
+        # still running, then the suite dead, and fail closed with the config error.
+        print(f"airlock: {exc}", file=sys.stderr)
+        return 2
+    return registration(cfg, args.node, args.run_id, args.trigger)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

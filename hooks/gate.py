@@ -1,0 +1,227 @@
+"""The two locks on an unproven boot, shared by the HealthCheckProgram (the first lock, at slurmd
+start and every interval) and the prolog (the second lock, before every job).
+
+Whatever the node's record says about this boot (airlock.nodestate), these functions bring the
+node to where it must be:
+
+  none      a boot Airlock has no proof for: isolate it and start the registration suite; or,
+            when Slurm says it is running jobs and has seen this boot (Airlock installed on a live
+            cluster), adopt it (no drain; see [registration] adopt)
+  running   keep the node isolated; a suite that died is re-run once, then failed; a suite past
+            suite_timeout plus a grace is killed and failed
+  failed    keep the failure drain; if someone resumed the node, re-check it
+  adopted   "when-idle": start the suite once Slurm shows the node idle (or a job arrives)
+
+The suite itself waits until Slurm shows the node drained and idle before any heavy check, so
+a heavy check never runs over a job, whichever path started it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from airlock import boot as boot_mod
+from airlock import config as config_mod
+from airlock import drains, nodestate, paths, reasons
+from airlock.errors import OwnError, SlurmError
+from airlock.hooks.common import Hook
+from airlock.results import new_run_id
+
+GRACE_S = 60.0  # past suite_timeout, how long a suite may take to report before it is failed
+MAX_ATTEMPTS = 2  # a suite that dies without a verdict is re-run once, then failed
+
+
+def start_suite(hook: Hook, trigger: str, attempt: int = 1) -> str:
+    """Isolate the node, record the suite for this boot, start it detached; return what
+    happened. Fails closed (OwnError) when the state or log directory cannot be written."""
+    cfg, node = hook.cfg, hook.node
+    level = cfg.registration.level
+    now = hook.now or boot_mod.current(node)
+    try:
+        res = drains.isolate(hook.slurm(), node, level, trigger)
+        isolated = "drained" if res.changed else res.why
+    except SlurmError as exc:
+        # No controller: no job can be scheduled now; the prolog refuses any job until the
+        # suite passes, and the next hook run drains again.
+        isolated = f"drain failed ({exc}); the prolog refuses jobs until the suite passes"
+    run_id = new_run_id(node)
+    state = nodestate.NodeState(cfg, node)
+    try:
+        state.start(run_id, now, os.getpid(), level, trigger, attempt)
+    except OSError as exc:
+        raise OwnError("state_dir", f"{state.path.parent}: {exc.strerror or exc}") from None
+    try:
+        pid = _spawn(cfg, node, run_id, trigger)
+    except OSError as exc:
+        folder = paths.expand(cfg.log_dir, node)
+        state.finish(run_id, "error", error=f"log_dir {folder}: {exc.strerror or exc}")
+        raise OwnError("log_dir", f"{folder}: {exc.strerror or exc}") from None
+    record = state.load() or {}
+    if record.get("run_id") == run_id:
+        record.update(pid=pid, pid_start=boot_mod.process_start(pid))
+        state.save(record)
+    again = f" (attempt {attempt})" if attempt > 1 else ""
+    return f"{trigger}: {isolated}; registration suite {run_id} pid {pid}{again}"
+
+
+def _spawn(cfg, node: str, run_id: str, trigger: str) -> int:
+    """The registration suite in a session of its own, logging to log_dir; its PID."""
+    folder = paths.expand(cfg.log_dir, node)
+    os.makedirs(folder, exist_ok=True)
+    env = dict(os.environ)
+    env[config_mod.ENV_VAR] = cfg.path
+    env.setdefault("PATH", "/usr/bin:/bin:/usr/sbin:/sbin")
+    argv = [sys.executable, "-m", "airlock.registration", "--node", node,
+            "--run-id", run_id, "--trigger", trigger]
+    with open(os.path.join(folder, f"registration-{run_id}.log"), "ab") as log:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
+                                start_new_session=True, close_fds=True)
+    return proc.pid
+
+
+def hold(hook: Hook, why: str) -> str:
+    """Make sure the node is drained (by anyone); drain it pending when it is not."""
+    current = hook.slurm().node(hook.node)
+    if current.drained:
+        return "isolated"
+    res = drains.isolate(hook.slurm(), hook.node, hook.cfg.registration.level, why)
+    return "drained again" if res.changed else res.why
+
+
+def watch(hook: Hook) -> str:
+    """This boot's suite is running (per the record): keep it honest."""
+    cfg, record = hook.cfg, hook.proof.record
+    now = hook.now
+    age = now.uptime - float(record["started_uptime"])
+    limit = cfg.registration.suite_timeout + GRACE_S
+    alive = boot_mod.alive(record["pid"], record.get("pid_start"))
+    waiting = record.get("phase") == "waiting"  # for jobs to end or slurmctld: no timeout yet
+    if alive and (age <= limit or waiting):
+        try:
+            held = hold(hook, record["trigger"])
+        except SlurmError as exc:
+            held = f"cannot confirm isolation ({exc})"
+        return f"registration suite {record['run_id']} running {age:.0f}s; {held}"
+    state = nodestate.NodeState(cfg, hook.node)
+    if alive:
+        _kill_session(record["pid"], record.get("pid_start"))
+        why = f"suite timeout after {age:.0f}s"
+    elif record["attempt"] < MAX_ATTEMPTS:
+        state.finish(record["run_id"], "error", error="suite died without a verdict")
+        return "suite died without a verdict; " + start_suite(hook, record["trigger"],
+                                                               record["attempt"] + 1)
+    else:
+        why = f"suite died without a verdict ({record['attempt']} attempts)"
+    state.finish(record["run_id"], "fail", error=why, detail=why)
+    res = drains.fail(hook.slurm(), hook.node, reasons.failure("registration", why))
+    return f"registration {why}: {'drained' if res.changed else res.why}"
+
+
+def _kill_session(pid: int, start) -> None:
+    """SIGKILL the suite's whole session (its checks run in process groups of its own, which
+    the suite kills itself; the session leader's group is what is left)."""
+    if not boot_mod.alive(pid, start):
+        return
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def settle_failed(hook: Hook) -> str:
+    """This boot failed its registration: the node stays out until something acts."""
+    record = hook.proof.record
+    slurm = hook.slurm()
+    current = slurm.node(hook.node)
+    detail = record.get("detail") or record.get("error") or "failed"
+    if record.get("slurm_pending") == "fail" or not current.drained and not current.reason:
+        # The suite could not set its verdict (no controller then): set it now.
+        res = drains.fail(slurm, hook.node, _failure_of(record))
+        nodestate.NodeState(hook.cfg, hook.node).settle(record["run_id"])
+        return f"registration failed ({detail}): {'drained' if res.changed else res.why}"
+    if current.drained:
+        return f"registration failed ({detail}); node stays drained"
+    # Someone resumed the node after the failure: re-run the registration before any job.
+    return f"resumed after a failed registration; re-check: {start_suite(hook, 'recheck')}"
+
+
+def _failure_of(record: dict) -> reasons.Reason:
+    """The failure the suite wanted to set (record["reason"]), else a generic one."""
+    wanted = reasons.parse(record.get("reason", ""))
+    if wanted is not None and wanted.is_failure:
+        return wanted
+    return reasons.failure("registration", record.get("detail") or record.get("error")
+                           or "failed")
+
+
+def trigger_for(proof: nodestate.Proof) -> str:
+    """Why this boot needs a registration: new (never seen), boot (a new boot of a node with a
+    record), record (a record that is damaged, copied from elsewhere or of an old version)."""
+    if proof.record is None:
+        return "new" if proof.why == "no record" else "record"
+    return "boot" if proof.why in ("boot id changed", "boot clock restarted") else "record"
+
+
+def first_sight(hook: Hook, allow_adopt: bool) -> str:
+    """No proof for this boot. Adopt a node that is running jobs in a boot Slurm has seen (no
+    drain; the caller runs the quick level), when allowed; isolate and check anything else.
+    The prolog never adopts: a job is waiting, and it is refused either way."""
+    proof = hook.proof
+    trigger = trigger_for(proof)
+    if allow_adopt and trigger != "boot":
+        try:
+            current = hook.slurm().node(hook.node)
+        except SlurmError:
+            current = None  # cannot tell: isolate (the suite waits for Slurm before heavy work)
+        if current is not None and current.busy and slurm_saw_boot(current.boot_time, hook.now):
+            state = nodestate.NodeState(hook.cfg, hook.node)
+            try:
+                state.adopt(hook.now, new_run_id(hook.node), f"running jobs ({trigger})")
+            except OSError as exc:
+                raise OwnError("state_dir", f"{state.path.parent}: {exc.strerror or exc}") \
+                    from None
+            return f"adopted: first seen running jobs ({current.state_text})"
+    why = "" if trigger != "record" else f" ({proof.why})"
+    return start_suite(hook, trigger) + why
+
+
+def slurm_saw_boot(boot_time: str, now: boot_mod.Boot | None, tolerance: float = 120.0) -> bool:
+    """Slurm's BootTime for the node matches this boot (its view of the node's jobs is then
+    current, not left over from before a reboot). Compared on the wall clock, loosely: the
+    answer only chooses between adopting a busy node and isolating it."""
+    if not boot_time or now is None:
+        return False
+    try:
+        slurm_boot = time.mktime(time.strptime(boot_time, "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return False
+    ours = time.time() - now.uptime
+    return abs(slurm_boot - ours) <= tolerance
+
+
+def lock(hook: Hook) -> str:
+    """Bring an unproven boot to where it must be (see the module docstring)."""
+    proof = hook.proof
+    if proof.state == nodestate.RUNNING:
+        return watch(hook)
+    if proof.state == nodestate.FAILED:
+        return settle_failed(hook)
+    if proof.state == nodestate.ADOPTED:
+        return adopted(hook, job_waiting=hook.name == "prolog")
+    return first_sight(hook, allow_adopt=hook.name != "prolog")
+
+
+def adopted(hook: Hook, job_waiting: bool) -> str:
+    """An adopted boot under "when-idle": check it once no job runs, or when a job arrives
+    (the suite then waits for the node to drain)."""
+    if job_waiting:
+        return "adopted boot, a job arrived: " + start_suite(hook, "adopt")
+    current = hook.slurm().node(hook.node)
+    if current.busy:
+        return f"adopted, running jobs ({current.state_text}); registration when idle"
+    return "adopted boot now idle: " + start_suite(hook, "adopt")
+
