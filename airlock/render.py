@@ -50,10 +50,13 @@ def render_template(name: str, **values: Any) -> str:
         raise AirlockError(f"template {name}: {exc}") from None
 
 
+NOHOLD = "nohold_on_prolog_fail"  # refused jobs are requeued, not held
+
+
 def slurm_conf(bin_dir: str = DEFAULT_BIN_DIR, interval: int = 300, node_state: str = "ANY",
                prolog_epilog_timeout: int = 60, reboot_program: str = "",
                config: str = DEFAULT_PATH, healthcheck_program: str = "", prolog: str = "",
-               epilog: str = "") -> str:
+               epilog: str = "", scheduler_parameters: str = "") -> str:
     """The fragment; hooks default to the entry points airlock-healthcheck/-prolog/-epilog."""
     if node_state.upper() not in NODE_STATES:
         raise AirlockError(f"node state {node_state!r}: must be one of {', '.join(NODE_STATES)}")
@@ -69,8 +72,13 @@ def slurm_conf(bin_dir: str = DEFAULT_BIN_DIR, interval: int = 300, node_state: 
     for key, path in [*paths.items(), ("reboot_program", reboot_program), ("config", config)]:
         if path and (not os.path.isabs(path) or any(c.isspace() for c in path)):
             raise AirlockError(f"{key} {path!r}: must be an absolute path without spaces")
+    params = [p.strip() for p in scheduler_parameters.split(",") if p.strip()]
+    if any(c.isspace() or c == "#" for p in params for c in p):
+        raise AirlockError(f"scheduler-parameters {scheduler_parameters!r}: a comma-separated "
+                           "list without spaces")
+    params = [p for p in params if p != NOHOLD] + [NOHOLD]
     return render_template("slurm-airlock.conf.j2", interval=interval,
-                           node_state=node_state.upper(),
+                           node_state=node_state.upper(), scheduler_parameters=",".join(params),
                            prolog_epilog_timeout=prolog_epilog_timeout,
                            reboot_program=reboot_program, config=config, **paths)
 

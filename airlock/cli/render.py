@@ -26,6 +26,8 @@ def render_cmd() -> None:
               help=f"HealthCheckNodeState ({', '.join(render.NODE_STATES)}).")
 @click.option("--prolog-epilog-timeout", type=int, default=60, show_default=True)
 @click.option("--reboot-program", default="", help="RebootProgram (default: a comment).")
+@click.option("--scheduler-parameters", default="",
+              help="The site's own SchedulerParameters (nohold_on_prolog_fail is added).")
 @click.option("--airlock-config", "config", default=config_mod.DEFAULT_PATH, show_default=True,
               help="The config path the hooks read.")
 @output

@@ -180,6 +180,9 @@ class DevCluster:
             "SelectType=select/cons_tres",
             "SelectTypeParameters=CR_CPU",
             "SchedulerType=sched/backfill",
+            # A job whose prolog refuses it is requeued, never held: Airlock's prolog refuses
+            # jobs while a node proves itself, and they must run elsewhere or later on their own.
+            "SchedulerParameters=nohold_on_prolog_fail",
             "ReturnToService=2",
             "MpiDefault=none",
             "MailProg=/bin/true",

@@ -43,11 +43,19 @@ def test_fragment_carries_every_line_for_the_install_paths():
         "Prolog": "/opt/airlock/bin/airlock-prolog",
         "Epilog": "/opt/airlock/bin/airlock-epilog",
         "PrologEpilogTimeout": "45",
+        "SchedulerParameters": "nohold_on_prolog_fail",
         "RebootProgram": "/usr/sbin/reboot",
     }
     assert "RebootProgram" not in _settings(render.slurm_conf())
     assert "wrapper that exports AIRLOCK_CONFIG" in render.slurm_conf(config="/srv/a.toml")
     assert "wrapper" not in render.slurm_conf()
+
+
+def test_site_scheduler_parameters_are_kept_and_nohold_added_once():
+    text = render.slurm_conf(scheduler_parameters="bf_continue, nohold_on_prolog_fail,defer")
+    assert _settings(text)["SchedulerParameters"] == "bf_continue,defer,nohold_on_prolog_fail"
+    with pytest.raises(AirlockError, match="without spaces"):
+        render.slurm_conf(scheduler_parameters="bf_continue,max rpc")
 
 
 @pytest.mark.parametrize("kwargs, message", [
