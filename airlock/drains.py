@@ -17,7 +17,14 @@ resume), so it never stops a new drain.
 from __future__ import annotations
 
 from airlock import reasons
-from airlock.slurm import DrainResult, Slurm
+from airlock.slurm import DrainResult, Node, Slurm
+
+
+def unclaimed(node: Node) -> bool:
+    """No drain in force that anyone owns: not drained, or drained with an empty reason (a FUTURE
+    node that registers on 22.05 keeps DRAIN but loses its reason; a reboot with
+    nextstate=resume clears both). A registration puts its claim back then."""
+    return not node.drained or not node.reason
 
 
 def isolate(slurm: Slurm, node: str, level: str, why: str) -> DrainResult:

@@ -57,7 +57,7 @@ class Suite:
         """"" when Slurm shows the node drained and running no job, else why not (after putting
         Airlock's drain back if it is missing)."""
         current = self.slurm.node(self.node)
-        if not current.drained:
+        if drains.unclaimed(current):
             drains.isolate(self.slurm, self.node, self.level, self.trigger)
             return "drain just set"
         if current.busy:
@@ -65,14 +65,23 @@ class Suite:
         return ""
 
     def wait_for_isolation(self) -> None:
-        waiting, last = False, None
+        """Until Slurm shows the node isolated and idle. Jobs still running are waited for as
+        long as they run (the node is draining); Slurm unreachable for suite_timeout ends the
+        suite with an own error, which the hooks retry once Slurm answers."""
+        waiting, last, unreachable_since = False, None, None
+        limit = self.cfg.registration.suite_timeout
         while True:
             if self.superseded():
                 raise Superseded()
             try:
                 why = self.isolated_and_idle()
+                unreachable_since = None
             except AirlockError as exc:
                 why = f"Slurm unreachable: {exc}"
+                unreachable_since = unreachable_since or time.monotonic()
+                if time.monotonic() - unreachable_since > limit:
+                    raise NotIsolated(f"could not confirm isolation for {limit:g}s: {why}") \
+                        from None
             if not why:
                 if waiting:
                     self.state.phase(self.run_id, "checking")
@@ -90,7 +99,7 @@ class Suite:
         if self.superseded():
             raise Superseded()
         try:
-            if not self.slurm.node(self.node).drained:
+            if drains.unclaimed(self.slurm.node(self.node)):
                 drains.isolate(self.slurm, self.node, self.level, self.trigger)
         except AirlockError as exc:
             log(f"could not verify isolation: {exc}")
@@ -192,6 +201,10 @@ class Superseded(Exception):
     """A newer registration owns the node's record."""
 
 
+class NotIsolated(Exception):
+    """Slurm never confirmed that the node was isolated and idle."""
+
+
 def registration(cfg, node: str, run_id: str, trigger: str) -> int:
     suite = Suite(cfg, node, run_id, trigger)
     try:
@@ -204,7 +217,10 @@ def registration(cfg, node: str, run_id: str, trigger: str) -> int:
 
 
 def crashed(suite: Suite, exc: BaseException) -> int:
-    detail = f"{type(exc).__name__} {where(exc)} {exc}".strip()
+    if isinstance(exc, NotIsolated):
+        detail = str(exc)
+    else:
+        detail = f"{type(exc).__name__} {where(exc)} {exc}".strip()
     log(f"{suite.node}: suite error: {detail}")
     reason = reasons.failure("suite", detail)
     try:

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from airlock import boot as boot_mod
 from airlock import finish
 from airlock.checks.base import Outcome, failed, passed, skipped, warned
 from airlock.errors import AirlockError
@@ -150,9 +151,7 @@ def fatal_xids(cfg) -> set[int]:
 
 # --- gathering ---------------------------------------------------------------------------------
 def _alive(pid: int) -> bool:
-    from airlock.nodestate import pid_alive
-
-    return pid_alive(pid)
+    return boot_mod.process_start(pid) is not None
 
 
 def _gpus(cfg, node: str) -> list[dict[str, Any]]:

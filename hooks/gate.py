@@ -33,6 +33,7 @@ from airlock.results import new_run_id
 
 GRACE_S = 60.0  # past suite_timeout, how long a suite may take to report before it is failed
 MAX_ATTEMPTS = 2  # a suite that dies without a verdict is re-run once, then failed
+RETRY_OWN_ERROR_S = 600.0  # a suite that failed for Airlock's own trouble is retried this often
 
 
 def start_suite(hook: Hook, trigger: str, attempt: int = 1) -> str:
@@ -86,7 +87,7 @@ def _spawn(cfg, node: str, run_id: str, trigger: str) -> int:
 def hold(hook: Hook, why: str) -> str:
     """Make sure the node is drained (by anyone); drain it pending when it is not."""
     current = hook.slurm().node(hook.node)
-    if current.drained:
+    if not drains.unclaimed(current):
         return "isolated"
     res = drains.isolate(hook.slurm(), hook.node, hook.cfg.registration.level, why)
     return "drained again" if res.changed else res.why
@@ -143,6 +144,14 @@ def settle_failed(hook: Hook) -> str:
         res = drains.fail(slurm, hook.node, _failure_of(record))
         nodestate.NodeState(hook.cfg, hook.node).settle(record["run_id"])
         return f"registration failed ({detail}): {'drained' if res.changed else res.why}"
+    wanted = _failure_of(record)
+    if wanted.own_error and not current.busy:
+        # Airlock's own trouble (Slurm unreachable, a crash), not the node's: try again, but
+        # not at every hook run.
+        since = hook.now.uptime - float(record.get("finished_uptime") or 0)
+        if since >= RETRY_OWN_ERROR_S:
+            return f"registration failed for Airlock's own reason ({detail}); retry: " + \
+                start_suite(hook, "retry")
     if current.drained:
         return f"registration failed ({detail}); node stays drained"
     # Someone resumed the node after the failure: re-run the registration before any job.

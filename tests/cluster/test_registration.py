@@ -7,9 +7,10 @@ import os
 import signal
 import time
 
+from airlock import boot
 from airlock import config as config_mod
 from airlock.dev.cluster import healthy_gpus
-from airlock.nodestate import NodeState, pid_alive
+from airlock.nodestate import NodeState
 
 
 def wait_done(cluster, name, timeout=120):
@@ -115,24 +116,32 @@ def test_hanging_suite_never_blocks_slurmd_and_times_out(cluster_factory):
     hung = [p for p in c.leftovers() if b"airlock.runner\0one\0burnin" in _cmdline(p)]
     assert hung == [], "the hung check's process group was not killed"
     # ...and the suite itself exits right after it has set the reason.
-    c.wait(lambda: not [p for p in c.leftovers() if b"airlock.runner" in _cmdline(p)], 15,
+    c.wait(lambda: not [p for p in c.leftovers() if b"airlock.r" in _cmdline(p)], 15,
            "registration suite to exit")
-    assert "quick pass" in hook_log(c, "node1")  # periodic runs went on meanwhile
+    assert "registration suite" in hook_log(c, "node1")  # the hook watched it meanwhile
 
 
-def test_suite_killed_without_verdict_is_failed_by_the_next_hook(cluster_factory):
+def test_suite_killed_without_verdict_is_rerun_once_then_failed(cluster_factory):
     c = cluster_factory(start=False, nodes=["node1"])
     c.write_files()
     c.set_node_sim("node1", faults={"hang_check": "burnin"})
     c.start()
     cfg = config_mod.load(c.airlock_conf)
-    rec = c.wait(lambda: NodeState(cfg, "node1").load(), 30, "suite record")
-    pid = int(rec["pid"])
-    assert pid_alive(pid)
-    os.killpg(pid, signal.SIGKILL)
+    state = NodeState(cfg, "node1")
+    first = c.wait(lambda: (r := state.load()) and r["pid"] != os.getpid() and r, 30,
+                   "suite record")
+    assert boot.alive(first["pid"], first["pid_start"])
+    os.killpg(first["pid"], signal.SIGKILL)
+    # The next hook run starts the suite again (attempt 2); the node stays pending meanwhile.
+    second = c.wait(lambda: (r := state.load()) and r["attempt"] == 2 and r, 30, "a re-run")
+    assert second["run_id"] != first["run_id"]
+    assert c.node("node1").reason.startswith("airlock: pending")
+    second = c.wait(lambda: (r := state.load()) and boot.alive(r["pid"], r["pid_start"]) and r,
+                    30, "the re-run's process")
+    os.killpg(second["pid"], signal.SIGKILL)
     n = c.wait(lambda: (m := c.node("node1")).reason.startswith("airlock: FAIL") and m, 30,
-               "hook notices the dead suite")
-    assert n.reason == "airlock: FAIL registration suite died without a verdict"
+               "hook notices the second death")
+    assert n.reason == "airlock: FAIL registration suite died without a verdict (2 attempts)"
 
 
 def _cmdline(pid: int) -> bytes:
