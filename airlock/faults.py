@@ -21,6 +21,9 @@ Switches (name = value: effect):
   DEVICE is the index of a local device (cuda:N, or the CPU "device" cpuN); RANK is a local
   rank on the node whose switch it is (in a multi-node run, global rank = offset + RANK).
   flaky_check = CHECK           the named check fails on its first attempt only
+  hook_crash = HOOK             the named hook (healthcheck, prolog, epilog) raises an error
+                                right after loading its config, to prove the failure policy:
+                                closed on an unproven boot, open (and visible) on a proven one
   recover_crash = POINT[:ACTION] airlock recover SIGKILLs itself at POINT: after_intent (intent
                                 committed, nothing sent) or after_submit (sent, answer not saved),
                                 only for ACTION (reboot|replace) when given

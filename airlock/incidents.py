@@ -68,3 +68,16 @@ def clear(state_dir: str, shared_dir: str, node: str, hook: str) -> None:
                 atomic_write(path, data)
         except (OSError, ValueError, TypeError):
             pass
+
+
+def read_node(cfg, node: str) -> dict[str, dict[str, Any]]:
+    """A node's recorded errors as the controller sees them: the shared copy when there is a
+    shared directory, else the node-local file when this host can see it."""
+    from airlock.results import local_readable  # the same rule as for the node's results
+
+    shared = shared_node_dir(cfg.shared_dir, node)
+    if shared is not None and (shared / FILE).exists():
+        return read(shared / FILE)
+    if local_readable(cfg, node):
+        return read(node_dir(cfg.state_dir, node) / FILE)
+    return {}

@@ -12,12 +12,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from airlock import reasons
+from airlock import incidents, reasons
 from airlock.report import table
 from airlock.results import NodeResults, read_many
 from airlock.slurm import Node, Slurm
 
 SCHEMA = 1
+STUCK_GRACE_S = 300.0  # past [registration] suite_timeout before a held node counts as stuck
 # Every value `airlock` (the node's Airlock state) can take; summary always carries all of them.
 STATES = ("healthy", "quarantined", "failed", "recovering", "drained-other", "down", "future",
           "unknown")
@@ -113,7 +114,26 @@ def _run_summary(run: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def node_status(node: Node, res: NodeResults, recovery: str = "") -> dict[str, Any]:
+def stuck(node: Node, limit_s: float, now: float | None = None) -> str:
+    """Why a node held for its registration looks stuck ("" when it does not): Airlock's pending
+    or checking claim has been in force longer than suite_timeout plus a grace, and no job is
+    left to wait for. The node's own hook fails or re-runs such a suite; this makes it visible
+    on the controller even when that hook cannot run."""
+    claim = node.claim
+    if claim is None or claim.state not in ("pending", "checking") or node.busy:
+        return ""
+    try:
+        since = time.mktime(time.strptime(node.reason_time, "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return ""
+    age = (now if now is not None else time.time()) - since
+    if age <= limit_s:
+        return ""
+    return f"{claim.state} for {age / 60:.0f} min (limit {limit_s / 60:.0f} min)"
+
+
+def node_status(node: Node, res: NodeResults, recovery: str = "", stuck_why: str = "",
+                errors: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     run = res.run or {}
     parsed = reasons.parse(node.reason)
     state = classify(node)
@@ -140,6 +160,8 @@ def node_status(node: Node, res: NodeResults, recovery: str = "") -> dict[str, A
         "results_source": res.source,
         "results_problem": res.problem,
         "recovery": recovery,
+        "stuck": stuck_why,
+        "errors": {hook: str(e.get("message", "")) for hook, e in (errors or {}).items()},
         "history": [_run_summary(r) for r in res.history],
     }
 
@@ -149,11 +171,22 @@ def collect(cfg, names: str | None = None, history: int = 0) -> dict[str, Any]:
     nodes = slurm.nodes(names) if names else slurm.nodes()
     results = read_many(cfg, [n.name for n in nodes], history)
     recovery = recovery_states(cfg)
-    rows = [node_status(n, results[n.name], recovery.get(n.name, "")) for n in nodes]
+    limit = cfg.registration.suite_timeout + STUCK_GRACE_S
+    rows = [node_status(n, results[n.name], recovery.get(n.name, ""), stuck(n, limit),
+                        _errors(cfg, n.name)) for n in nodes]
     summary = dict.fromkeys(STATES, 0)
     for r in rows:
         summary[r["airlock"]] = summary.get(r["airlock"], 0) + 1
-    return {"schema": SCHEMA, "generated_at": time.time(), "nodes": rows, "summary": summary}
+    return {"schema": SCHEMA, "generated_at": time.time(), "nodes": rows, "summary": summary,
+            "stuck": sum(bool(r["stuck"]) for r in rows),
+            "errors": sum(bool(r["errors"]) for r in rows)}
+
+
+def _errors(cfg, node: str) -> dict[str, dict[str, Any]]:
+    try:
+        return incidents.read_node(cfg, node)
+    except Exception:  # a broken errors file must not break status
+        return {}
 
 
 def _when(ts: float | None) -> str:
@@ -169,6 +202,7 @@ def summary_line(data: dict[str, Any]) -> str:
     main = ["healthy", "quarantined", "failed", "recovering"]
     parts = [f"{s.get(k, 0)} {k}" for k in main]
     parts += [f"{v} {k}" for k, v in s.items() if k not in main and v]
+    parts += [f"{data[k]} {k}" for k in ("stuck", "errors") if data.get(k)]
     return f"{len(data['nodes'])} nodes: " + ", ".join(parts)
 
 
@@ -185,6 +219,13 @@ def render(data: dict[str, Any]) -> str:
              if r["results_problem"]]
     if notes:
         out.append("results not read (shown from Slurm only):\n" + "\n".join(notes))
+    stuck_rows = [f"  {r['node']}: {r['stuck']}" for r in data["nodes"] if r["stuck"]]
+    if stuck_rows:
+        out.append("stuck in registration:\n" + "\n".join(stuck_rows))
+    errors = [f"  {r['node']} {hook}: {msg}" for r in data["nodes"]
+              for hook, msg in sorted(r["errors"].items())]
+    if errors:
+        out.append("Airlock's own errors (the node kept running jobs):\n" + "\n".join(errors))
     for r in data["nodes"]:
         if r["history"]:
             hist = [(_when(h["finished_at"]), h["level"], h["trigger"], h["verdict"].upper(),

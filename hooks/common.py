@@ -25,7 +25,7 @@ from typing import Any
 
 from airlock import boot as boot_mod
 from airlock import config as config_mod
-from airlock import incidents, nodestate, paths
+from airlock import faults, incidents, nodestate, paths
 from airlock.errors import ConfigError, OwnError, where
 
 
@@ -44,6 +44,10 @@ class Hook:
     # --- config, or what can be salvaged of it --------------------------------------------
     def load_config(self) -> Any:
         self.cfg = config_mod.load()
+        # Fault switches come from the environment or the NVML simulation file only.
+        switched = self.cfg.nvml.simulate or faults.ENV_VAR in os.environ
+        if switched and faults.active(self.cfg, self.node).get("hook_crash") == self.name:
+            raise RuntimeError(f"injected failure (hook_crash={self.name})")
         return self.cfg
 
     def setting(self, key: str) -> Any:
