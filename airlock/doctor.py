@@ -105,16 +105,75 @@ def check_interval(conf: dict[str, str], budget: float) -> list[Item]:
 
 
 def check_config(path: str | None) -> tuple[Any, list[Item]]:
+    """The file loads, and every section in it is valid (hooks build only the sections they use,
+    so a mistake in one a node never reads would otherwise go unnoticed)."""
     from airlock import config as config_mod
     from airlock.errors import AirlockError
 
     try:
         cfg = config_mod.load(path)
-        for name in config_mod.SECTIONS:
-            cfg.section(name)  # every section, even absent ones, must build
     except AirlockError as exc:
         return None, [Item(FAIL, "config", str(exc))]
-    return cfg, [Item(OK, "config", f"{cfg.path} valid")]
+    problems = []
+    for name in config_mod.SECTIONS:
+        try:
+            cfg.section(name)  # every section, even absent ones, must build
+        except AirlockError as exc:
+            problems.append(str(exc))
+    items = [Item(FAIL, "config", p) for p in problems]
+    items += [Item(WARN, "config", w) for w in cfg.warnings]
+    if not cfg.exists:
+        items.append(Item(OK, "config", f"no file at {cfg.path}: every default applies "
+                                        "(`airlock render config` lists them)"))
+    elif not problems:
+        items.append(Item(OK, "config", f"{cfg.path} valid"))
+    return cfg, items
+
+
+def check_scheduler(conf: dict[str, str]) -> list[Item]:
+    """A job the prolog refuses must be requeued, not held."""
+    params = conf.get("SchedulerParameters", "")
+    if "nohold_on_prolog_fail" in params.split(","):
+        return [Item(OK, "SchedulerParameters", "nohold_on_prolog_fail set")]
+    return [Item(WARN, "SchedulerParameters", "no nohold_on_prolog_fail: jobs the prolog refuses "
+                 "on an unproven boot stay held until `scontrol release`")]
+
+
+def check_node_state(cfg, node: str) -> list[Item]:
+    """This node's proof of its current boot, and Airlock's own errors recorded here."""
+    from airlock import boot, incidents, nodestate
+    from airlock.paths import node_dir
+
+    items = []
+    try:
+        now = boot.current(node)
+        proof = nodestate.NodeState(cfg, node).proof(now)
+    except OSError as exc:
+        return [Item(FAIL, "boot", f"kernel boot id unreadable: {exc}")]
+    record = proof.record or {}
+    if proof.state == nodestate.PROVEN:
+        items.append(Item(OK, "registration", f"this boot passed ({record.get('level')}, "
+                                              f"{record.get('trigger')})"))
+    elif proof.state == nodestate.RUNNING:
+        age = now.uptime - float(record.get("started_uptime", now.uptime))
+        limit = cfg.registration.suite_timeout
+        status = WARN if age > limit and record.get("phase") != "waiting" else OK
+        items.append(Item(status, "registration", f"suite {record.get('run_id')} running "
+                          f"{age:.0f} s ({record.get('phase') or 'checking'}; limit {limit:g} s)"))
+    elif proof.state == nodestate.FAILED:
+        why = record.get("detail") or record.get("error") or "?"
+        items.append(Item(WARN, "registration", f"this boot failed: {why}"))
+    elif proof.state == nodestate.ADOPTED:
+        items.append(Item(OK, "registration", f"adopted while running jobs; "
+                          f"[registration] adopt = {cfg.registration.adopt}"))
+    else:
+        items.append(Item(WARN, "registration", f"no proof for this boot ({proof.why}): the "
+                          "prolog refuses jobs until a registration passes"))
+    errors = incidents.read(node_dir(cfg.state_dir, node) / incidents.FILE)
+    for hook, entry in sorted(errors.items()):
+        items.append(Item(WARN, f"{hook} errors", f"{entry.get('count', 1)}x, last: "
+                          f"{entry.get('message', '?')}"))
+    return items
 
 
 def check_dirs(cfg, node: str) -> list[Item]:
@@ -207,9 +266,11 @@ def run(config_path: str | None, node: str, torch_check: bool = True) -> list[It
         conf = None
     if conf is not None:
         items += check_hooks(conf)
+        items += check_scheduler(conf)
         budget = cfg.healthcheck.budget if cfg is not None else 30.0
         items += check_interval(conf, budget)
     if cfg is not None:
+        items += check_node_state(cfg, node)
         items += check_nvml(cfg, node)
     if torch_check:
         items += check_torch()

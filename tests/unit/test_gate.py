@@ -1,0 +1,248 @@
+"""The gate's pure parts: boot identity, the proof record, the drain policy, the failure policy
+of the hooks, and the stuck view. What crosses Slurm is in tests/cluster/test_fault_matrix.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from airlock import boot, config, drains, nodestate, reasons, status
+from airlock.dev.cluster import healthy_gpus
+from airlock.errors import ConfigError, OwnError, where
+from airlock.hooks import common
+from airlock.slurm import Node
+from tests.support import prove_boot
+
+NOW = boot.Boot("n1", "id-1", 500.0)
+
+
+def record(**over):
+    base = {"schema": 2, "node": "n1", "boot": {"node": "n1", "id": "id-1", "uptime": 100.0},
+            "run_id": "r1", "status": "done", "verdict": "pass", "pid": 10, "pid_start": 5,
+            "level": "standard", "trigger": "boot", "attempt": 1, "started_uptime": 100.0}
+    base.update(over)
+    return base
+
+
+# --- boot identity --------------------------------------------------------------------------------
+def test_this_boot_is_read_from_the_kernel():
+    b = boot.current("n1")
+    assert len(b.boot_id) >= 32 and b.uptime > 0 and b.node == "n1"
+    assert boot.same_boot(b.to_dict(), boot.current("n1")) == (True, "")
+
+
+@pytest.mark.parametrize("recorded, why", [
+    ({"node": "n2", "id": "id-1", "uptime": 1.0}, "record is for node 'n2'"),
+    ({"node": "n1", "id": "id-0", "uptime": 1.0}, "boot id changed"),
+    ({"node": "n1", "id": "id-1", "uptime": 900.0}, "boot clock restarted"),
+    ({"node": "n1", "id": "id-1", "uptime": None}, "no boot clock recorded"),
+    (None, "no boot recorded"),
+])
+def test_another_boot_is_never_this_one(recorded, why):
+    assert boot.same_boot(recorded, NOW) == (False, why)
+
+
+def test_a_wall_clock_step_does_not_change_the_boot(monkeypatch):
+    b = boot.current("n1")
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() + 45.0)  # chrony steps the clock
+    assert boot.same_boot(b.to_dict(), boot.current("n1")) == (True, "")
+
+
+def test_process_identity_survives_pid_reuse():
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        start = boot.process_start(proc.pid)
+        assert boot.alive(proc.pid, start)
+        assert not boot.alive(proc.pid, start + 1)  # another process with the same PID
+    finally:
+        proc.kill()
+        proc.wait()
+    assert not boot.alive(proc.pid, start)
+    assert not boot.alive(True, None) and not boot.alive(-1, None)
+
+
+# --- the proof record -------------------------------------------------------------------------
+@pytest.mark.parametrize("rec, state", [
+    (record(), nodestate.PROVEN),
+    (record(verdict="warn"), nodestate.PROVEN),
+    (record(verdict="fail"), nodestate.FAILED),
+    (record(verdict="error"), nodestate.FAILED),
+    (record(status="running", verdict=None), nodestate.RUNNING),
+    (record(status="adopted", verdict=None), nodestate.ADOPTED),
+    (record(boot={"node": "n1", "id": "id-0", "uptime": 1.0}), nodestate.NONE),
+    (record(node="n2", boot={"node": "n2", "id": "id-1", "uptime": 1.0}), nodestate.NONE),
+])
+def test_judge(rec, state):
+    assert nodestate.validate(rec) == ""
+    assert nodestate.judge(rec, NOW).state == state
+
+
+@pytest.mark.parametrize("damage, problem", [
+    ({"boot_time": None}, "schema None"),
+    ({"schema": 2, "boot": None}, "boot: None"),
+    ({"verdict": "maybe"}, "verdict 'maybe'"),
+    ({"status": "done?"}, "status 'done?'"),
+    ({"pid": "10"}, "pid: '10'"),
+    ({"attempt": True}, "attempt: True"),
+    ({"slurm_pending": "reboot"}, "slurm_pending 'reboot'"),
+])
+def test_a_damaged_record_is_never_a_proof(tmp_path, damage, problem):
+    cfg = config.from_dict({"state_dir": str(tmp_path)})
+    state = nodestate.NodeState(cfg, "n1")
+    rec = {"boot_time": None} if "boot_time" in damage else {**record(), **damage}
+    state.path.parent.mkdir(parents=True, exist_ok=True)
+    state.path.write_text(json.dumps(rec))
+    got, why = state.load_checked()
+    assert got is None and problem in why
+    proof = state.proof(NOW)
+    assert proof.state == nodestate.NONE and problem in proof.why
+    state.path.write_text("{not json")
+    assert state.proof(NOW).why.endswith("unreadable (Expecting property name enclosed in "
+                                         "double quotes: line 1 column 2 (char 1))")
+
+
+def test_finish_never_overwrites_a_newer_run(tmp_path):
+    cfg = config.from_dict({"state_dir": str(tmp_path)})
+    state = nodestate.NodeState(cfg, "n1")
+    state.start("new", boot.current("n1"), os.getpid(), "standard", "boot")
+    assert not state.finish("old", "pass")
+    assert state.load()["status"] == "running"
+    assert state.finish("new", "fail", slurm_pending="fail", reason="airlock: FAIL x y")
+    rec = state.load()
+    assert rec["verdict"] == "fail" and rec["slurm_pending"] == "fail"
+    state.settle("new")
+    assert state.load()["slurm_pending"] == ""
+
+
+# --- the drain policy -------------------------------------------------------------------------
+def node(state="IDLE", flags=(), reason=""):
+    return Node("n1", state, frozenset(flags), reason)
+
+
+@pytest.mark.parametrize("n, kept", [
+    (node(flags={"DRAIN"}, reason="airlock: FAIL gpu_count 7 GPUs"), "earlier failure"),
+    (node(flags={"DRAIN"}, reason="airlock: recover reboot r1"), "recovery in progress"),
+    (node(flags={"DRAIN"}, reason="airlock: FAIL config /x: invalid TOML"), ""),
+    (node(flags={"DRAIN"}, reason="airlock: pending standard check boot"), ""),
+    # Slurm 24.11 without accounting keeps the reason after a resume: history, not a claim
+    (node(reason="airlock: FAIL row_remap gpu0 row remap failed"), ""),
+    (node(), ""),
+])
+def test_which_claims_a_new_failure_keeps(n, kept):
+    assert drains.keeps(n.claim) == kept
+
+
+@pytest.mark.parametrize("n, ok", [
+    (node(flags={"DRAIN"}, reason="airlock: pending standard check new"), True),
+    (node(flags={"DRAIN"}, reason="airlock: checking standard boot"), True),
+    (node(flags={"DRAIN"}, reason="airlock: FAIL suite could not confirm isolation"), True),
+    (node(flags={"DRAIN"}, reason="airlock: FAIL burnin cuda:3 12 mismatches"), False),
+    (node(flags={"DRAIN"}, reason="disk swap"), False),
+    (node(reason="airlock: pending standard check new"), False),  # not drained: nothing to do
+])
+def test_what_a_pass_may_resume(n, ok):
+    assert drains.releasable(n.claim) is ok
+
+
+def test_unclaimed_drains_are_taken_back():
+    assert drains.unclaimed(node())
+    assert drains.unclaimed(node(flags={"DRAIN"}))  # a FUTURE node lost its reason on 22.05
+    assert not drains.unclaimed(node(flags={"DRAIN"}, reason="ops: hold"))
+
+
+# --- the hooks' failure policy ----------------------------------------------------------------
+def test_errors_are_named_for_a_one_line_reason():
+    hook = common.Hook("healthcheck", "n1")
+    assert common.describe(hook, ConfigError("config /etc/a.toml: invalid TOML: x")) == (
+        "config", "/etc/a.toml: invalid TOML: x")
+    assert common.describe(hook, OwnError("state_dir", "/var/lib/a: Read-only file system")) \
+        == ("state_dir", "/var/lib/a: Read-only file system")
+    try:
+        {}["missing"]
+    except KeyError as exc:
+        subject, detail = common.describe(hook, exc)
+        assert subject == "healthcheck" and detail.startswith("KeyError unit/test_gate.py:")
+        assert where(exc).startswith("unit/test_gate.py:")
+    text = reasons.failure(*common.describe(hook, ValueError("x\ny"))).format()
+    assert "\n" not in text and text.startswith("airlock: FAIL healthcheck ValueError")
+
+
+def _hook(tmp_path, conf_text, *, prove, hook="prolog", faults=""):
+    sim = tmp_path / "gpus.json"
+    sim.write_text(json.dumps({"nodes": {"n1": {"gpus": healthy_gpus(8),
+                                                "faults": {"hook_crash": faults} if faults
+                                                else {}}}}))
+    good = (f'state_dir = "{tmp_path}/state"\nlog_dir = "{tmp_path}/log"\n'
+            f'[nvml]\nsimulate = "{sim}"\n')
+    conf = tmp_path / "airlock.toml"
+    conf.write_text(good)
+    if prove:
+        prove_boot(conf, "n1")
+    conf.write_text(good + conf_text)
+    env = {"AIRLOCK_CONFIG": str(conf), "SLURMD_NODENAME": "n1", "SLURM_JOB_ID": "9",
+           "PATH": "/nonexistent"}  # no scontrol: a drain attempt fails, as with no controller
+    out = subprocess.run([sys.executable, "-m", f"airlock.hooks.{hook}"], env=env,
+                         capture_output=True, text=True, timeout=60)
+    errors = tmp_path / "state" / "errors.json"
+    return out, (json.loads(errors.read_text()) if errors.exists() else {})
+
+
+@pytest.mark.parametrize("broken", ["[slurm\n", "[nvml]\ntimeout = 'soon'\n"])
+def test_broken_config_refuses_the_job_on_an_unproven_boot(tmp_path, broken):
+    out, errors = _hook(tmp_path, broken, prove=False)
+    assert out.returncode == 1, out.stderr
+    assert "Traceback" not in out.stderr
+    assert "failing closed: config" in out.stderr and "could not drain" in out.stderr
+    assert errors["prolog"]["message"].startswith("fail closed: config ")
+
+
+@pytest.mark.parametrize("broken", ["[slurm\n", "[prolog]\nbudget = 'soon'\n"])
+def test_broken_config_lets_the_job_run_on_a_proven_boot_and_says_so(tmp_path, broken):
+    out, errors = _hook(tmp_path, broken, prove=True)
+    assert out.returncode == 0, out.stderr
+    assert "failing open" in out.stderr and "Traceback" not in out.stderr
+    assert errors["prolog"]["message"].startswith("fail open: config ")
+
+
+def test_a_section_the_node_does_not_use_is_no_error(tmp_path):
+    out, errors = _hook(tmp_path, "[recovery]\npoll_intervall = 3\n", prove=True)
+    assert out.returncode == 0 and "quick pass" in out.stderr and errors == {}
+
+
+@pytest.mark.parametrize("hook, proven, rc, verdict", [
+    ("prolog", True, 0, "fail open"), ("prolog", False, 1, "fail closed"),
+    ("epilog", True, 0, "fail open"), ("healthcheck", True, 1, "fail open"),
+])
+def test_an_exception_in_a_hook_follows_the_policy(tmp_path, hook, proven, rc, verdict):
+    out, errors = _hook(tmp_path, "", prove=proven, hook=hook, faults=hook)
+    assert out.returncode == rc, out.stderr
+    assert "Traceback" not in out.stderr and "RuntimeError" in out.stderr
+    assert errors[hook]["message"].startswith(f"{verdict}: {hook} RuntimeError hooks/common.py:")
+
+
+def test_a_working_run_clears_the_recorded_error(tmp_path):
+    _hook(tmp_path, "[slurm\n", prove=True)
+    out, errors = _hook(tmp_path, "", prove=False)  # prove=False: the proof from before stays
+    assert out.returncode == 0 and errors == {}
+
+
+# --- stuck, as the controller sees it ----------------------------------------------------------
+def test_stuck_needs_an_old_claim_and_no_job_left():
+    old = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 3600))
+    fresh = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime())
+    held = Node("n1", "IDLE", frozenset({"DRAIN"}), "airlock: pending standard check boot",
+                reason_time=old)
+    assert status.stuck(held, 1800).startswith("pending for 60 min")
+    assert status.stuck(Node("n1", "IDLE", frozenset({"DRAIN"}), held.reason,
+                             reason_time=fresh), 1800) == ""
+    busy = Node("n1", "MIXED", frozenset({"DRAIN"}), held.reason, reason_time=old)
+    assert status.stuck(busy, 1800) == ""  # waiting for its jobs to end is not stuck
+    failed = Node("n1", "IDLE", frozenset({"DRAIN"}), "airlock: FAIL gpu_count 7",
+                  reason_time=old)
+    assert status.stuck(failed, 1800) == ""
