@@ -34,6 +34,10 @@ from airlock.runner import run_level
 from airlock.slurm import Slurm
 
 POLL_S = 2.0
+# How often the drain is re-verified between checks. An unreachable slurmctld costs a client
+# call about 10 s, and the drain is lost only by rare events (a FUTURE node registering, a
+# reboot with nextstate=resume), so once per this many seconds is enough.
+RECHECK_S = 15.0
 
 
 def log(msg: str) -> None:
@@ -46,6 +50,7 @@ class Suite:
         self.level = cfg.registration.level
         self.slurm = Slurm.from_config(cfg)
         self.state = nodestate.NodeState(cfg, node)
+        self.verified = 0.0  # monotonic time the drain was last verified
 
     def superseded(self) -> bool:
         """A newer boot of this node started its own suite: this one must not touch Slurm."""
@@ -83,6 +88,7 @@ class Suite:
                     raise NotIsolated(f"could not confirm isolation for {limit:g}s: {why}") \
                         from None
             if not why:
+                self.verified = time.monotonic()
                 if waiting:
                     self.state.phase(self.run_id, "checking")
                     log(f"{self.node}: isolated and idle; checks start")
@@ -95,9 +101,12 @@ class Suite:
                 last = why
             time.sleep(POLL_S)
 
-    def keep_isolated(self, _spec) -> None:
+    def keep_isolated(self, _spec, force: bool = False) -> None:
         if self.superseded():
             raise Superseded()
+        if not force and time.monotonic() - self.verified < RECHECK_S:
+            return
+        self.verified = time.monotonic()
         try:
             if drains.unclaimed(self.slurm.node(self.node)):
                 drains.isolate(self.slurm, self.node, self.level, self.trigger)
@@ -185,7 +194,7 @@ class Suite:
                 if failing:
                     res = drains.fail(self.slurm, self.node, reasons.parse(reason))
                 else:
-                    self.keep_isolated(None)
+                    self.keep_isolated(None, force=True)
                     res = drains.release(self.slurm, self.node)
                 log(f"{self.node}: {'fail' if failing else 'pass'} -> "
                     f"{'changed' if res.changed else 'unchanged'} {res.why}")

@@ -283,6 +283,31 @@ class DevCluster:
             self.wait_nodes_registered(self.nodes, 60)
         return self
 
+    def controller_pid(self) -> int | None:
+        for pid in _pids_with_marker(str(self.root)):
+            cmd = _cmdline(pid)
+            if cmd and Path(cmd[0]).name == "slurmctld":
+                return pid
+        return None
+
+    def stop_controller(self, timeout: float = 15) -> None:
+        """slurmctld goes away (a controller restart, an outage); its state stays on disk."""
+        pid = self.controller_pid()
+        if pid is None:
+            return
+        _kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if _alive(pid):
+            _kill(pid, signal.SIGKILL)
+
+    def start_controller(self, wait: bool = True) -> None:
+        """slurmctld comes back with the state it saved (jobs, node reasons)."""
+        self._spawn(["slurmctld", "-D", "-i", "-f", str(self.conf)], "slurmctld")
+        if wait:
+            self._wait(self._ctld_up, 30, "slurmctld answering")
+
     def _ctld_up(self) -> bool:
         try:
             self.slurm.scontrol("ping", timeout=5)

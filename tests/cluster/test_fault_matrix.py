@@ -1,0 +1,325 @@
+"""The gate fails closed: one test per fault, each injected for real against real daemons.
+
+No job may start on a boot before its registration passed, whatever breaks: the controller
+stops while a node boots, the config is broken or missing at reboot, the state or log directory
+cannot be written, the node's record is damaged or copied from another node, the wall clock
+steps, slurmctld is away when the suite resumes the node, a hook crashes, or Airlock is
+installed on a cluster that is running jobs. And a proven node is never drained for Airlock's
+own trouble. Registration runs the quick level here (seconds), except where a slow suite is the
+point; tests/cluster/test_registration.py covers the standard level.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+from airlock import config
+from airlock.nodestate import NodeState
+
+QUICK = {"registration": {"level": "quick"}}
+
+
+# --- helpers -------------------------------------------------------------------------------------
+def state_of(c, name) -> NodeState:
+    return NodeState(config.load(c.airlock_conf), name)
+
+
+def wait_proven(c, name, timeout=90):
+    """This boot of name passed its registration and Slurm shows the node back in service."""
+    def done():
+        rec = state_of(c, name).load()
+        n = c.node(name)
+        return (rec is not None and rec["status"] == "done" and rec["verdict"] == "pass"
+                and not n.drained and n.responding and rec)
+    return c.wait(done, timeout, f"{name} proven and in service")
+
+
+def wait_reason(c, name, prefix, timeout=60):
+    return c.wait(lambda: (n := c.node(name)).drained and n.reason.startswith(prefix) and n,
+                  timeout, f"{name} drained with {prefix!r}")
+
+
+def log(c, name, hook="healthcheck") -> str:
+    p = c.root / "airlock" / "log" / name / f"{hook}.log"
+    return p.read_text() if p.exists() else ""
+
+
+def epoch(slurm_time: str) -> float:
+    return time.mktime(time.strptime(slurm_time, "%Y-%m-%dT%H:%M:%S"))
+
+
+def wait_job(c, job, state="COMPLETED", timeout=120):
+    return c.wait(lambda: (j := c.job(job)).get("JobState") == state and j, timeout,
+                  f"job {job} {state}")
+
+
+def started_after_pass(c, name, job) -> None:
+    """Slurm's own record: the job started after this boot's registration passed."""
+    rec = state_of(c, name).load()
+    assert rec["verdict"] == "pass", rec
+    assert epoch(c.job(job)["StartTime"]) >= int(rec["finished_at"]) - 1, (c.job(job), rec)
+
+
+def run_hook(c, name, hook="healthcheck", prefix=(), **env):
+    """A hook run as slurmd runs it: almost no environment, and the dev cluster's marker so
+    that anything it starts is found and stopped with the cluster."""
+    e = {"SLURMD_NODENAME": name, "AIRLOCK_CONFIG": str(c.airlock_conf),
+         "AIRLOCK_DEVCLUSTER": str(c.root), **env}
+    return subprocess.run([*prefix, sys.executable, "-m", f"airlock.hooks.{hook}"], env=e,
+                          capture_output=True, text=True, timeout=90)
+
+
+# --- the controller ------------------------------------------------------------------------------
+def test_controller_down_while_a_node_boots(cluster_factory):
+    """slurmctld restarts while a new node boots: the boot-time drain fails, yet the job pinned
+    to the node starts only after the node's suite passed."""
+    c = cluster_factory(nodes=["node1"], future=["node2"], health_interval=3600, airlock=QUICK)
+    wait_proven(c, "node1")
+    job = c.sbatch("sleep 1", "-w", "node2")
+    c.stop_controller()
+    c.start_node("node2", wait=False)
+    c.wait(lambda: "drain failed" in log(c, "node2"), 60, "node2's boot hook ran without Slurm")
+    c.start_controller()
+    wait_job(c, job)
+    started_after_pass(c, "node2", job)
+    assert state_of(c, "node2").load()["trigger"] == "new"
+
+
+def test_prolog_refuses_jobs_on_a_boot_without_proof(cluster_factory):
+    """The second lock alone: no periodic run (interval 1 h), the node's proof is gone (a lost
+    state disk), a job arrives: the prolog refuses it, drains the node, starts the suite, and
+    the requeued job runs once the suite passed."""
+    c = cluster_factory(nodes=["node1"], health_interval=3600, airlock=QUICK)
+    wait_proven(c, "node1")
+    state_of(c, "node1").path.unlink()
+    job = c.sbatch("true", "-w", "node1")
+    wait_job(c, job)
+    info = c.job(job)
+    assert int(info.get("Restarts", 0)) >= 1, info  # refused once, then requeued: not held
+    assert "refused, this boot is not proven: none (no record)" in log(c, "node1", "prolog")
+    started_after_pass(c, "node1", job)
+    assert state_of(c, "node1").load()["trigger"] == "new"
+
+
+# --- the config ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("fault", ["broken", "missing"])
+def test_config_fault_at_reboot_fails_closed_and_proven_nodes_keep_working(cluster_factory,
+                                                                         fault):
+    c = cluster_factory(nodes=["node1", "node2"], airlock=QUICK)
+    wait_proven(c, "node1")
+    wait_proven(c, "node2")
+    good = c.airlock_conf.read_text()
+    if fault == "broken":
+        c.airlock_conf.write_text(good + "\n[slurm\n")
+        problem = "invalid TOML"
+    else:
+        c.airlock_conf.unlink()  # the wrapper still names it in $AIRLOCK_CONFIG
+        problem = "file not found"
+    try:
+        c.restart_node("node1", fresh_boot=True)
+        n = wait_reason(c, "node1", "airlock: FAIL config ")
+        assert str(c.airlock_conf) in n.reason and problem in n.reason
+        held = c.sbatch("true", "-w", "node1")
+        fine = c.sbatch("true", "-w", "node2")
+        wait_job(c, fine)  # node2's boot was proven: a config fault must not drain it
+        assert not c.node("node2").drained
+        errors = json.loads((c.root / "airlock" / "state" / "node2" / "errors.json").read_text())
+        assert errors["prolog"]["message"].startswith("fail open: config ")
+        time.sleep(3)
+        assert c.job(held)["JobState"] == "PENDING" and c.node("node1").drained
+    finally:
+        c.airlock_conf.write_text(good)
+    wait_job(c, held)
+    started_after_pass(c, "node1", held)
+    assert state_of(c, "node1").load()["trigger"] == "boot"
+
+
+# --- the disks -----------------------------------------------------------------------------------
+@pytest.fixture
+def tiny_fs(tmp_path):
+    """A 512 KiB tmpfs: fill it, or make it read-only, for real."""
+    mounted = []
+
+    def make(path):
+        path.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k,mode=0755", "tmpfs",
+                        str(path)], check=True)
+        mounted.append(path)
+        return path
+
+    yield make
+    for path in reversed(mounted):
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def fill(path) -> None:
+    subprocess.run(["dd", "if=/dev/zero", f"of={path}/filler", "bs=4k"], capture_output=True)
+
+
+def test_full_or_read_only_state_dir(cluster_factory, tiny_fs):
+    c = cluster_factory(start=False, nodes=["node1"], airlock=QUICK)
+    c.write_files()
+    state = tiny_fs(c.root / "airlock" / "state" / "node1")
+    c.start()
+    wait_proven(c, "node1")
+    good = c.airlock_conf.read_text()
+    fill(state)
+    # A proven node whose disk check fails is drained although no result can be stored.
+    c.airlock_conf.write_text(good + f'\n[system]\ndisk_paths = ["{state}"]\n')
+    n = wait_reason(c, "node1", "airlock: FAIL disk ")
+    assert "results not stored" in log(c, "node1")
+    c.airlock_conf.write_text(good)
+    # A new boot on a full state_dir cannot be recorded, so it stays closed, naming the path.
+    c.restart_node("node1", fresh_boot=True)
+    n = wait_reason(c, "node1", f"airlock: FAIL state_dir {state}: No space left on device")
+    # Read-only: the same.
+    os.unlink(state / "filler")
+    subprocess.run(["mount", "-o", "remount,ro", str(state)], check=True)
+    c.restart_node("node1", fresh_boot=True)
+    n = wait_reason(c, "node1", f"airlock: FAIL state_dir {state}: Read-only file system")
+    job = c.sbatch("true", "-w", "node1")
+    time.sleep(3)
+    assert c.job(job)["JobState"] == "PENDING" and c.node("node1").reason == n.reason
+    # Writable again: the next hook run checks the node and resumes it.
+    subprocess.run(["mount", "-o", "remount,rw", str(state)], check=True)
+    wait_job(c, job)
+    started_after_pass(c, "node1", job)
+
+
+def test_unwritable_log_dir_fails_closed(cluster_factory):
+    c = cluster_factory(start=False, nodes=["node1"], airlock=QUICK)
+    c.write_files()
+    logs = c.root / "airlock" / "log" / "node1"
+    logs.parent.mkdir(parents=True, exist_ok=True)
+    logs.write_text("a file where the node's log directory should be\n")
+    c.start()
+    n = wait_reason(c, "node1", f"airlock: FAIL log_dir {logs}: ")
+    job = c.sbatch("true", "-w", "node1")
+    time.sleep(3)
+    assert c.job(job)["JobState"] == "PENDING"
+    logs.unlink()
+    wait_job(c, job)
+    started_after_pass(c, "node1", job)
+    assert n.reason.endswith(("File exists", "Not a directory"))
+
+
+# --- the record ----------------------------------------------------------------------------------
+def test_damaged_or_copied_record_is_no_proof(cluster_factory):
+    c = cluster_factory(nodes=["node1", "node2"], airlock=QUICK)
+    first1 = wait_proven(c, "node1")
+    first2 = wait_proven(c, "node2")
+    s1, s2 = state_of(c, "node1"), state_of(c, "node2")
+    shutil.copy(s1.path, s2.path)  # node1's record, copied onto node2 (same kernel here)
+    s1.path.write_text('{"boot_time": null}')  # node1's record, damaged
+    again1 = c.wait(lambda: (r := s1.load()) and r["run_id"] != first1["run_id"] and r, 60,
+                    "node1 checked again")
+    again2 = c.wait(lambda: (r := s2.load()) and r["run_id"] != first2["run_id"] and
+                    r["node"] == "node2" and r, 60, "node2 checked again")
+    assert again1["trigger"] == "record" and again2["trigger"] == "record"
+    assert "schema None" in log(c, "node1")
+    assert "record is for node 'node1'" in log(c, "node2")
+    wait_proven(c, "node1")
+    wait_proven(c, "node2")
+
+
+def test_wall_clock_step_is_not_a_reboot(cluster_factory):
+    """chrony steps the clock 45 s on a busy, proven node: no drain, no suite over the job."""
+    if shutil.which("faketime") is None:
+        pytest.fail("faketime is needed (scripts/setup.sh installs it)")
+    c = cluster_factory(nodes=["node1"], health_interval=3600, airlock=QUICK)
+    proof = wait_proven(c, "node1")
+    job = c.sbatch("sleep 30", "-w", "node1")
+    wait_job(c, job, "RUNNING", 30)
+    for step in ("+45s", "-45s"):
+        out = run_hook(c, "node1", prefix=("faketime", "-f", step),
+                       FAKETIME_DONT_FAKE_MONOTONIC="1")
+        assert out.returncode == 0, out.stderr
+        assert "quick pass" in out.stderr, out.stderr
+    assert state_of(c, "node1").load()["run_id"] == proof["run_id"]
+    n = c.node("node1")
+    assert not n.drained and n.state in ("ALLOCATED", "MIXED")
+    assert c.job(job)["JobState"] == "RUNNING"
+
+
+# --- slurmctld away at the end of the suite ------------------------------------------------------
+def test_resume_that_fails_once_is_retried_by_the_next_hook(cluster_factory):
+    c = cluster_factory(nodes=["node1"], future=["node2"],
+                        airlock={"registration": {"level": "standard", "slurm_retry": 2}})
+    wait_proven(c, "node1", timeout=180)
+    c.start_node("node2", wait=False)
+    state = state_of(c, "node2")
+    c.wait(lambda: (r := state.load()) and r["status"] == "running" and
+           c.node("node2").reason.startswith("airlock: pending"), 60, "node2's suite running")
+    c.stop_controller()
+    rec = c.wait(lambda: (r := state.load()) and r["status"] == "done" and r, 240,
+                 "node2's suite done while slurmctld is away")
+    assert rec["verdict"] == "pass" and rec["slurm_pending"] == "resume", rec
+    c.start_controller()
+    wait_proven(c, "node2", timeout=90)
+    assert "pending resume: resumed" in log(c, "node2")
+    assert state.load()["slurm_pending"] == ""
+
+
+# --- hooks that crash ----------------------------------------------------------------------------
+def test_hook_exceptions_close_unproven_boots_and_stay_visible_on_proven_ones(cluster_factory):
+    c = cluster_factory(nodes=["node1"], future=["node2"], airlock=QUICK)
+    wait_proven(c, "node1")
+    # Unproven: the boot-time hook crashes: drained, the job waits.
+    c.set_node_sim("node2", faults={"hook_crash": "healthcheck"})
+    c.start_node("node2", wait=False)
+    n = wait_reason(c, "node2", "airlock: FAIL healthcheck RuntimeError hooks/common.py:")
+    assert "injected failure (hook_crash=healthcheck)" in n.reason
+    job2 = c.sbatch("true", "-w", "node2")
+    # Proven: a crashing prolog lets the job run; a crashing epilog does not drain.
+    for hook in ("prolog", "epilog"):
+        c.set_node_sim("node1", faults={"hook_crash": hook})
+        job = c.sbatch("true", "-w", "node1")
+        wait_job(c, job)
+        assert not c.node("node1").drained
+        errors = json.loads((c.root / "airlock" / "state" / "node1" / "errors.json")
+                            .read_text())
+        assert errors[hook]["message"].startswith(f"fail open: {hook} RuntimeError")
+    out = subprocess.run([sys.executable, "-m", "airlock.cli", "status", "--json"],
+                         env=c.env(), capture_output=True, text=True, timeout=60)
+    row = next(r for r in json.loads(out.stdout)["nodes"] if r["node"] == "node1")
+    assert set(row["errors"]) >= {"prolog", "epilog"}
+    assert c.job(job2)["JobState"] == "PENDING"
+    c.set_node_sim("node2", faults={})  # fixed: the next hook run checks it and resumes it
+    wait_job(c, job2)
+    started_after_pass(c, "node2", job2)
+
+
+# --- installing Airlock on a running cluster -----------------------------------------------------
+def test_install_on_a_running_cluster_adopts_busy_nodes(cluster_factory):
+    c = cluster_factory(nodes=["node1", "node2"],
+                        airlock={"registration": {"enabled": False, "level": "standard"}})
+    c.wait(lambda: all(not n.drained and n.responding for n in c.slurm.nodes(["node1", "node2"])),
+           60, "nodes up without the gate")
+    long_job = c.sbatch("sleep 25", "-w", "node1")
+    wait_job(c, long_job, "RUNNING", 30)
+    # "Install": the gate is switched on in airlock.toml; no node has a record yet.
+    c.airlock_conf.write_text(c.airlock_conf.read_text().replace("enabled = false",
+                                                                  "enabled = true"))
+    s1 = state_of(c, "node1")
+    rec = c.wait(lambda: s1.load(), 30, "node1 seen by the gate")
+    assert rec["status"] == "adopted" and rec["trigger"] == "adopt", rec
+    assert "adopted: first seen running jobs" in log(c, "node1")
+    wait_proven(c, "node2", timeout=180)  # idle: isolated and checked at once
+    # node1 runs its job undisturbed: never drained, and no suite while the job runs.
+    while c.job(long_job)["JobState"] == "RUNNING":
+        assert not c.node("node1").drained
+        assert s1.load()["status"] == "adopted"
+        time.sleep(0.5)
+    assert c.job(long_job)["JobState"] == "COMPLETED"
+    ended = epoch(c.job(long_job)["EndTime"])
+    rec = wait_proven(c, "node1", timeout=240)  # then checked once idle
+    assert rec["trigger"] == "adopt"
+    run = json.loads((s1.path.parent / "latest-standard.json").read_text())
+    assert run["started_at"] >= ended - 1, (run["started_at"], ended)
