@@ -89,8 +89,8 @@ class Suite:
                         from None
             if not why:
                 self.verified = time.monotonic()
+                self.state.phase(self.run_id, "checking")
                 if waiting:
-                    self.state.phase(self.run_id, "checking")
                     log(f"{self.node}: isolated and idle; checks start")
                 return
             if not waiting:

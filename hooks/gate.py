@@ -33,7 +33,11 @@ from airlock.results import new_run_id
 
 GRACE_S = 60.0  # past suite_timeout, how long a suite may take to report before it is failed
 MAX_ATTEMPTS = 2  # a suite that dies without a verdict is re-run once, then failed
-RETRY_OWN_ERROR_S = 600.0  # a suite that failed for Airlock's own trouble is retried this often
+# A suite that failed for Airlock's own trouble is retried: at once when the trouble was in
+# starting it (a directory or the config: retrying costs nothing while it lasts), after this
+# many seconds when the suite itself ran and failed (a crash, slurmctld away for its timeout).
+RETRY_OWN_ERROR_S = 600.0
+CHEAP_RETRY = ("config", "state_dir", "log_dir")
 
 
 def start_suite(hook: Hook, trigger: str, attempt: int = 1) -> str:
@@ -59,8 +63,10 @@ def start_suite(hook: Hook, trigger: str, attempt: int = 1) -> str:
         pid = _spawn(cfg, node, run_id, trigger)
     except OSError as exc:
         folder = paths.expand(cfg.log_dir, node)
-        state.finish(run_id, "error", error=f"log_dir {folder}: {exc.strerror or exc}")
-        raise OwnError("log_dir", f"{folder}: {exc.strerror or exc}") from None
+        problem = OwnError("log_dir", f"{folder}: {exc.strerror or exc}")
+        state.finish(run_id, "error", error=str(problem),
+                     reason=reasons.failure(problem.subject, problem.detail).format())
+        raise problem from None
     record = state.load() or {}
     if record.get("run_id") == run_id:
         record.update(pid=pid, pid_start=boot_mod.process_start(pid))
@@ -149,7 +155,7 @@ def settle_failed(hook: Hook) -> str:
         # Airlock's own trouble (Slurm unreachable, a crash), not the node's: try again, but
         # not at every hook run.
         since = hook.now.uptime - float(record.get("finished_uptime") or 0)
-        if since >= RETRY_OWN_ERROR_S:
+        if wanted.subject in CHEAP_RETRY or since >= RETRY_OWN_ERROR_S:
             return f"registration failed for Airlock's own reason ({detail}); retry: " + \
                 start_suite(hook, "retry")
     if current.drained:

@@ -150,6 +150,7 @@ class DevCluster:
                 textwrap.dedent(f"""\
                 #!/bin/sh
                 export AIRLOCK_CONFIG={self.airlock_conf}
+                export SLURM_CONF={self.conf}
                 export {MARKER}={self.root}
                 """) + log + f'exec {py} -m {target}{extra} "$@"\n'
             )
@@ -166,7 +167,9 @@ class DevCluster:
             "SlurmdUser=root",
             "AuthType=auth/munge",
             "CredType=cred/munge",
-            f"AuthInfo=socket={self.munge_socket}",
+            # cred_expire is also how long a requeued job waits before it may start again
+            # (120 s by default): a job the prolog refused runs 20 s later here.
+            f"AuthInfo=socket={self.munge_socket},cred_expire=20",
             f"StateSaveLocation={r}/state",
             f"SlurmdSpoolDir={r}/spool/%n",
             f"SlurmctldPidFile={r}/run/slurmctld.pid",

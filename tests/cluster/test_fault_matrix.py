@@ -241,7 +241,9 @@ def test_wall_clock_step_is_not_a_reboot(cluster_factory):
         out = run_hook(c, "node1", prefix=("faketime", "-f", step),
                        FAKETIME_DONT_FAKE_MONOTONIC="1")
         assert out.returncode == 0, out.stderr
-        assert "quick pass" in out.stderr, out.stderr
+        # (a warn is dmesg under faketime's preload, not the node)
+        assert "healthcheck: quick pass" in out.stderr or "healthcheck: quick warn" in \
+            out.stderr, out.stderr
     assert state_of(c, "node1").load()["run_id"] == proof["run_id"]
     n = c.node("node1")
     assert not n.drained and n.state in ("ALLOCATED", "MIXED")
@@ -255,8 +257,8 @@ def test_resume_that_fails_once_is_retried_by_the_next_hook(cluster_factory):
     wait_proven(c, "node1", timeout=180)
     c.start_node("node2", wait=False)
     state = state_of(c, "node2")
-    c.wait(lambda: (r := state.load()) and r["status"] == "running" and
-           c.node("node2").reason.startswith("airlock: pending"), 60, "node2's suite running")
+    c.wait(lambda: (r := state.load()) and r.get("phase") == "checking", 60,
+           "node2's suite past its isolation check")
     c.stop_controller()
     rec = c.wait(lambda: (r := state.load()) and r["status"] == "done" and r, 240,
                  "node2's suite done while slurmctld is away")
@@ -289,7 +291,8 @@ def test_hook_exceptions_close_unproven_boots_and_stay_visible_on_proven_ones(cl
     out = subprocess.run([sys.executable, "-m", "airlock.cli", "status", "--json"],
                          env=c.env(), capture_output=True, text=True, timeout=60)
     row = next(r for r in json.loads(out.stdout)["nodes"] if r["node"] == "node1")
-    assert set(row["errors"]) >= {"prolog", "epilog"}
+    # the epilog's error shows; the prolog's was cleared by the later prolog run that worked
+    assert set(row["errors"]) == {"epilog"}, row
     assert c.job(job2)["JobState"] == "PENDING"
     c.set_node_sim("node2", faults={})  # fixed: the next hook run checks it and resumes it
     wait_job(c, job2)
@@ -303,7 +306,8 @@ def test_install_on_a_running_cluster_adopts_busy_nodes(cluster_factory):
     c.wait(lambda: all(not n.drained and n.responding for n in c.slurm.nodes(["node1", "node2"])),
            60, "nodes up without the gate")
     long_job = c.sbatch("sleep 25", "-w", "node1")
-    wait_job(c, long_job, "RUNNING", 30)
+    c.wait(lambda: f"job {long_job}: quick pass" in log(c, "node1", "prolog"), 30,
+           "the job's prolog done (the job is RUNNING while its prolog runs)")
     # "Install": the gate is switched on in airlock.toml; no node has a record yet.
     c.airlock_conf.write_text(c.airlock_conf.read_text().replace("enabled = false",
                                                                   "enabled = true"))
