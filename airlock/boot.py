@@ -11,6 +11,7 @@ reboots) restarts the boot clock, so a clock that went backwards means a new boo
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -25,7 +26,9 @@ class Boot:
     uptime: float  # seconds on CLOCK_BOOTTIME when read (time-namespace aware)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"node": self.node, "id": self.boot_id, "uptime": round(self.uptime, 3)}
+        # Rounded down: a recorded uptime must never be later than the clock it was read from.
+        return {"node": self.node, "id": self.boot_id,
+                "uptime": math.floor(self.uptime * 1000) / 1000}
 
 
 def uptime() -> float:

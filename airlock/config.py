@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from airlock.errors import ConfigError
+from airlock.paths import atomic_write, read_json
 
 DEFAULT_PATH = "/etc/airlock/airlock.toml"
 ENV_VAR = "AIRLOCK_CONFIG"
@@ -279,15 +280,69 @@ def from_dict(raw: dict[str, Any], path: str = "<dict>", strict: bool = True) ->
 # --- when the file cannot be loaded --------------------------------------------------------------
 _LINE = re.compile(r'^\s*([A-Za-z_]+)\s*=\s*(?:"([^"\\]*)"|(true|false))\s*(?:#.*)?$')
 _TABLE = re.compile(r"^\s*\[\s*([A-Za-z_.]+)\s*\]\s*(?:#.*)?$")
+_DEFAULTS: dict[str, Any] = {"state_dir": "/var/lib/airlock", "log_dir": "/var/log/airlock",
+                             "shared_dir": "", "slurm.conf": "", "slurm.bin_dir": "",
+                             "registration.enabled": True}
+
+
+# Where the last good essentials are kept ($AIRLOCK_RUNTIME_DIR, default /run/airlock).
+RUNTIME_ENV = "AIRLOCK_RUNTIME_DIR"
+
+
+def essentials(cfg: Config) -> dict[str, Any]:
+    """What salvage() recovers, from a config that loaded."""
+    out = {"state_dir": cfg.state_dir, "log_dir": cfg.log_dir, "shared_dir": cfg.shared_dir}
+    for key in ("slurm.conf", "slurm.bin_dir", "registration.enabled"):
+        table, _, name = key.partition(".")
+        try:
+            out[key] = getattr(cfg.section(table), name)
+        except ConfigError:
+            out[key] = _DEFAULTS[key]
+    return out
+
+
+def _memory(path: str) -> str:
+    import hashlib
+
+    folder = os.environ.get(RUNTIME_ENV) or "/run/airlock"
+    digest = hashlib.sha256(os.path.abspath(path).encode()).hexdigest()[:16]
+    return os.path.join(folder, f"config-{digest}.json")
+
+
+def remember(cfg: Config) -> None:
+    """Keep this config's essentials where salvage() finds them if the file later goes missing
+    or breaks (then the state_dir it names cannot be read from it). Written only when they
+    changed; never raises (a hook calls it on its way)."""
+    try:
+        target = _memory(cfg.path)
+        want = {"path": os.path.abspath(cfg.path), **essentials(cfg)}
+        if read_json(Path(target)) != want:
+            os.makedirs(os.path.dirname(target), mode=0o700, exist_ok=True)
+            atomic_write(Path(target), want)
+    except Exception:  # best effort: salvage() then falls back to reading the file
+        pass
+
+
+def _remembered(path: str) -> dict[str, Any] | None:
+    data = read_json(Path(_memory(path)))
+    if not isinstance(data, dict) or data.get("path") != os.path.abspath(path):
+        return None
+    out = dict(_DEFAULTS)
+    for key, default in _DEFAULTS.items():
+        if type(data.get(key)) is type(default):
+            out[key] = data[key]
+    return out
 
 
 def salvage(path: str) -> dict[str, Any]:
-    """The keys a hook needs to fail closed, read from a file that does not load: the parsed
-    TOML when only a value is wrong, else simple `key = "value"` / `key = true` lines under the
-    right table. Defaults fill what cannot be read; never raises."""
-    out: dict[str, Any] = {"state_dir": TOP_LEVEL["state_dir"][1],
-                           "log_dir": TOP_LEVEL["log_dir"][1], "shared_dir": "", "slurm.conf": "",
-                           "slurm.bin_dir": "", "registration.enabled": True}
+    """The keys a hook needs when the config does not load: the last good values remember()
+    kept for this path; else, read from the broken file, the parsed TOML when only a value is
+    wrong, or simple `key = "value"` / `key = true` lines under the right table. Defaults fill
+    what cannot be read; never raises."""
+    known = _remembered(path)
+    if known is not None:
+        return known
+    out: dict[str, Any] = dict(_DEFAULTS)
     try:
         with open(path, "rb") as fh:
             data = fh.read(1 << 20)

@@ -44,6 +44,7 @@ class Hook:
     # --- config, or what can be salvaged of it --------------------------------------------
     def load_config(self) -> Any:
         self.cfg = config_mod.load()
+        config_mod.remember(self.cfg)
         # Fault switches come from the environment or the NVML simulation file only.
         switched = self.cfg.nvml.simulate or faults.ENV_VAR in os.environ
         if switched and faults.active(self.cfg, self.node).get("hook_crash") == self.name:

@@ -151,6 +151,7 @@ class DevCluster:
                 #!/bin/sh
                 export AIRLOCK_CONFIG={self.airlock_conf}
                 export SLURM_CONF={self.conf}
+                export AIRLOCK_RUNTIME_DIR={self.root}/run/airlock
                 export {MARKER}={self.root}
                 """) + log + f'exec {py} -m {target}{extra} "$@"\n'
             )

@@ -252,13 +252,15 @@ def test_wall_clock_step_is_not_a_reboot(cluster_factory):
 
 # --- slurmctld away at the end of the suite ------------------------------------------------------
 def test_resume_that_fails_once_is_retried_by_the_next_hook(cluster_factory):
-    c = cluster_factory(nodes=["node1"], future=["node2"],
+    # (A registered node, rebooted: slurmctld forgets that a FUTURE node registered when it
+    # restarts, and would not ask it for health checks until it registers again.)
+    c = cluster_factory(nodes=["node1", "node2"],
                         airlock={"registration": {"level": "standard", "slurm_retry": 2}})
-    wait_proven(c, "node1", timeout=180)
-    c.start_node("node2", wait=False)
+    first = wait_proven(c, "node2", timeout=180)
+    c.restart_node("node2", fresh_boot=True, wait=False)
     state = state_of(c, "node2")
-    c.wait(lambda: (r := state.load()) and r.get("phase") == "checking", 60,
-           "node2's suite past its isolation check")
+    c.wait(lambda: (r := state.load()) and r["run_id"] != first["run_id"] and
+           r.get("phase") == "checking", 60, "node2's new suite past its isolation check")
     c.stop_controller()
     rec = c.wait(lambda: (r := state.load()) and r["status"] == "done" and r, 240,
                  "node2's suite done while slurmctld is away")
@@ -314,7 +316,7 @@ def test_install_on_a_running_cluster_adopts_busy_nodes(cluster_factory):
     s1 = state_of(c, "node1")
     rec = c.wait(lambda: s1.load(), 30, "node1 seen by the gate")
     assert rec["status"] == "adopted" and rec["trigger"] == "adopt", rec
-    assert "adopted: first seen running jobs" in log(c, "node1")
+    c.wait(lambda: "adopted: first seen running jobs" in log(c, "node1"), 15, "the hook's line")
     wait_proven(c, "node2", timeout=180)  # idle: isolated and checked at once
     # node1 runs its job undisturbed: never drained, and no suite while the job runs.
     while c.job(long_job)["JobState"] == "RUNNING":
