@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from airlock import config as config_mod
-from airlock import finish, protocol, reasons
+from airlock import finish, paths, protocol, reasons
 from airlock.checks import registry
 from airlock.checks.base import Outcome, Verdict, failed, passed, warned, worst
 from airlock.checks.context import Context
@@ -270,8 +270,6 @@ def registration(cfg, node: str, run_id: str, trigger: str = "boot") -> int:
 
 def _batch_group(cfg, slurm, node: str, run_id: str, level: str) -> dict[str, Any] | None:
     """Join this registration window's batch; the group all-reduce's record, or None if alone."""
-    from pathlib import Path
-
     from airlock.batch import Batch
     from airlock.checks.groupcheck import run_member
 
@@ -281,7 +279,7 @@ def _batch_group(cfg, slurm, node: str, run_id: str, level: str) -> dict[str, An
         addr = slurm.node(node).address or "127.0.0.1"
     except AirlockError:
         addr = "127.0.0.1"
-    batch = Batch(Path(cfg.shared_dir) / ".batches", node, addr, reg.group_window,
+    batch = Batch(paths.shared_root(cfg.shared_dir), node, addr, reg.group_window,
                   reg.group_timeout, tuple(cfg.ondemand.port_range),
                   confirm=cfg.checks.confirm_runs)
     batch.arrive(run_id)
@@ -290,8 +288,9 @@ def _batch_group(cfg, slurm, node: str, run_id: str, level: str) -> dict[str, An
         _log(f"{node}: no other node registered within {reg.group_window:g}s; no batch test")
         return None
 
-    def member(nodes: list[str], master: str, port: int) -> dict[str, Any]:
-        return run_member(cfg, node, nodes, master, port, level, timeout=reg.group_timeout)
+    def member(nodes: list[str], master: str, port: int, secret_file: str) -> dict[str, Any]:
+        return run_member(cfg, node, nodes, master, port, level, timeout=reg.group_timeout,
+                          secret_file=secret_file)
 
     verdict = batch.run(doc, member)
     members = ",".join(doc["members"])
