@@ -61,7 +61,7 @@ def test_worker_argv_and_parse_report():
 
 def test_sizes_and_bus_factor():
     assert dist.parse_sizes("64K, 1M,1G,512") == [65536, 1 << 20, 1 << 30, 512]
-    with pytest.raises(ValueError, match="not a list of sizes"):
+    with pytest.raises(ConfigError, match="not a list of sizes"):
         dist.parse_sizes("big")
     assert dist.bus_factor(8) == 1.75 and dist.bus_factor(2) == 1.0
     assert dist.human_bytes(1 << 30) == "1G" and dist.human_bytes(1000) == "1000B"
