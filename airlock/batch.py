@@ -280,7 +280,9 @@ class Batch:
             if not folder.create_exclusive("members.json", json.dumps(doc)):
                 return self._read(folder, "members.json", members_problem)
         with self._dir("assign", create=True) as d:
-            for m in members:
+            # The others first, the leader last: a member that polls in between still sees the
+            # leader's unassigned arrival ahead of its own, so it waits instead of leading alone.
+            for m in [*(m for m in members if m != self.node), self.node]:
                 d.write_json(f"{m}.json", {"batch": batch_id})
         return doc
 
