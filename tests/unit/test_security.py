@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from airlock.checks import burnin, system
 
-from airlock import config, render, results
+from airlock import config, paths, render, results
 from airlock.batch import Batch
 from airlock.errors import AirlockError, ConfigError
 from airlock.recovery.providers.http import HttpProvider
@@ -584,3 +584,15 @@ def test_dist_worker_cli_bad_input_is_one_line():
                          env={**os.environ, "AIRLOCK_CONFIG": "/nonexistent"})
     assert out.returncode == 1 and out.stderr.strip().count("\n") == 0, out.stderr
     assert "not a list of sizes" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_batches_live_under_the_shared_root_never_a_node_placeholder(tmp_path):
+    """Issue 12: with shared_dir = <root>/{node}, batches went to a folder literally named
+    {node}; they belong beside the nodes' folders, under the configured root."""
+    cfg = cfg_for(tmp_path, shared="shared/{node}")
+    root = paths.shared_root(cfg.shared_dir)
+    assert root == tmp_path / "shared"
+    b = Batch(root, "aaa", "127.0.0.1", 0.1, 5.0, report=lambda m: None)
+    assert b.arrive("20260101T000000-1-aaa")
+    assert (tmp_path / "shared" / ".batches" / "arrivals" / "aaa.json").exists()
+    assert not any("{node}" in str(p) for p in tmp_path.rglob("*"))
