@@ -312,10 +312,13 @@ def _named_or(name: str, dirs: list[str], where: str) -> Profile:
 def match_node(node: str, table: dict[str, str]) -> str:
     if node in table:
         return table[node]
+    exprs = [(expr, pname) for expr, pname in table.items() if any(c in expr for c in "[,")]
+    if not exprs:
+        return ""  # (without hostlist expressions, no need to import the Slurm client)
     from airlock.slurm import expand
 
-    for expr, pname in table.items():
-        if any(c in expr for c in "[,") and node in expand(expr):
+    for expr, pname in exprs:
+        if node in expand(expr):
             return pname
     return ""
 

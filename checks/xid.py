@@ -65,8 +65,9 @@ class XidSection:
             load_policies(self.policy_file)
 
 
-@dataclass(frozen=True)
-class XidPolicy:
+class XidPolicy(NamedTuple):
+    # A NamedTuple, not a frozen dataclass: as immutable, and no code generated at import (the
+    # periodic hook imports this module on every run).
     name: str
     fatal: frozenset[int]
     warn: frozenset[int] = frozenset()
@@ -100,10 +101,11 @@ def _xid_set(value: Any, where: str) -> frozenset[int]:
         if isinstance(item, int) and not isinstance(item, bool) and item > 0:
             out.add(item)
             continue
-        m = re.fullmatch(r"\s*(\d+)\s*-\s*(\d+)\s*", item) if isinstance(item, str) else None
-        if not m or int(m.group(1)) > int(m.group(2)):
+        first, dash, last = item.partition("-") if isinstance(item, str) else ("", "", "")
+        first, last = first.strip(), last.strip()
+        if not (dash and first.isdigit() and last.isdigit()) or int(first) > int(last):
             raise ConfigError(f"{where}: bad XID or range {item!r}")
-        out.update(range(int(m.group(1)), int(m.group(2)) + 1))
+        out.update(range(int(first), int(last) + 1))
     return frozenset(out)
 
 
@@ -177,17 +179,31 @@ def policy(name: str, path: str = "") -> XidPolicy:
 
 
 # --- the kernel log ----------------------------------------------------------------------------
+class _Pattern:
+    """A regular expression compiled on first use: the periodic hook almost always reads a
+    kernel log without one XID line, and compiling every pattern would cost it more than that."""
+
+    def __init__(self, text: str):
+        self.text = text
+        self.compiled: re.Pattern[str] | None = None
+
+    def __getattr__(self, name: str):  # search, match, ...
+        if self.compiled is None:
+            self.compiled = re.compile(self.text)
+        return getattr(self.compiled, name)
+
+
 _XID_TEXT = (r"NVRM: Xid \((?:PCI:)?([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})"
              r"(?:\.\d)?\):\s*(\d+)")
-_XID = re.compile(_XID_TEXT)
+_XID = _Pattern(_XID_TEXT)
 # A syslog line whose program tag is exactly "kernel" (date, host, tag), optionally keeping the
 # kernel's own "[seconds]" stamp, then the driver's text: nothing a user's message can precede.
-_KERNEL_TAGGED_XID = re.compile(
+_KERNEL_TAGGED_XID = _Pattern(
     r"^(?:\d{4}-\d\d-\d\d[T ]\S+|[A-Z][a-z]{2}\s+\d{1,2}\s+\d\d:\d\d:\d\d)\s+\S+\s+kernel:\s+"
     r"(?:\[\s*\d+\.\d+\]\s*)?" + _XID_TEXT)
-_ISO = re.compile(r"^(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d)(?:[.,](\d+))?(Z|[+-]\d\d:?\d\d)?")
-_SYSLOG = re.compile(r"^([A-Z][a-z]{2}\s+\d{1,2}\s+\d\d:\d\d:\d\d)\s")
-_MONO = re.compile(r"^\s*(?:<\d+>)?\[\s*(\d+\.\d+)\]")
+_ISO = _Pattern(r"^(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d)(?:[.,](\d+))?(Z|[+-]\d\d:?\d\d)?")
+_SYSLOG = _Pattern(r"^([A-Z][a-z]{2}\s+\d{1,2}\s+\d\d:\d\d:\d\d)\s")
+_MONO = _Pattern(r"^\s*(?:<\d+>)?\[\s*(\d+\.\d+)\]")
 KMSG = "/dev/kmsg"
 _KMSG_RECORD_MAX = 16384  # a read must hold a whole record (the kernel's limit is 8 KiB)
 
@@ -354,8 +370,7 @@ def read_kernel_log(source: str, max_bytes: int, timeout: float) -> KernelLog:
 
 
 # --- the verdict -------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class XidGroup:
+class XidGroup(NamedTuple):
     xid: int
     gpu: str  # "gpu3", or the PCI address when no GPU index is known
     first: float
