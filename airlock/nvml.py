@@ -48,7 +48,9 @@ class XidEvent:
     source: str = "nvml"
 
 
-@dataclass(frozen=True)
+# eq=False on the two big records: nothing compares them, and the periodic hook would pay for
+# generating __eq__/__hash__ over 27 fields at every start.
+@dataclass(frozen=True, eq=False)
 class Gpu:
     index: int
     name: str = ""
@@ -79,7 +81,7 @@ class Gpu:
     compute_pids: tuple[int, ...] = ()  # processes holding a CUDA context on this GPU
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Snapshot:
     source: str  # "nvml", "simulated" or "none"
     gpus: tuple[Gpu, ...] = ()
