@@ -8,8 +8,11 @@ rewritten after every step, so whatever ran is on record:
                    and the NVIDIA GPUs on the PCI bus
   check_standard   `airlock check --level standard` (quick checks on real NVML, verified GEMM
                    burn-in, memory test, all-reduce) against the proof's profile
-  faults           the same check's burn-in with gemm_corrupt=0 and memory test with
+  faults           the same check's burn-in with gemm_corrupt=0 (fp32) and memory test with
                    memtest_corrupt=0: both must fail, the GEMM naming row and column
+  gemm_corrupt_by_dtype  the same corruption in each dtype on device 0 alone, with the golden
+                   checksum's error beside its tolerance: what one device catches without a
+                   peer to compare bits with (a multi-GPU node also compares fingerprints)
   nccl             one rank on device 0: NCCL initialised, a verified all-reduce per size, and
                    the same with allreduce_corrupt=0, which must be caught (--cpu: gloo)
   burnin_vs_matmul per dtype, the verified burn-in's TFLOPS beside a bare torch.matmul loop on
@@ -82,6 +85,25 @@ def step_ratio(dtypes: list[str], size: int, gemms: int, rounds: int,
     return out
 
 
+def step_corrupt(dtypes: list[str], size: int, duration: float) -> dict[str, Any]:
+    import torch
+    from airlock.checks import burnin
+
+    devices = burnin.local_devices(torch, 1)[:1]
+    on_gpu = devices[0][0].startswith("cuda")
+    if not on_gpu:
+        torch.set_num_threads(1)
+    out: dict[str, Any] = {"device": devices[0][0], "size": size}
+    for dtype in dtypes:
+        plan = burnin.Plan(size=size, dtypes=[dtype], duration=duration if on_gpu else 0,
+                           iterations=16, thread_clock=not on_gpu)
+        (run,) = burnin.run_dtype(torch, devices, dtype, plan, {"gemm_corrupt": "0"})
+        out[dtype] = {"golden_error": run.golden_error, "tolerance": burnin.TOLERANCE[dtype],
+                      "at": list(run.golden_at or ()), "error": run.error,
+                      "caught": not run.golden_error <= burnin.TOLERANCE[dtype]}
+    return out
+
+
 def step_nccl(backend: str, sizes: list[int], iters: int) -> dict[str, Any]:
     from airlock import dist
 
@@ -139,7 +161,9 @@ class Proof:
                 json.dump({"nodes": {NODE: {"gpus": [healthy_gpu_dict(
                     0, model="NVIDIA H200", memory_mib=143771)]}}}, fh)
         self.config = self.write_config("proof.toml", {})
-        fault_burnin = {"dtypes": ["fp32" if self.cpu else "bf16"], "duration": 3.0}
+        # fp32: the dtype whose checksum catches the switch's error on one device at any size
+        # (gemm_corrupt_by_dtype shows the others)
+        fault_burnin = {"dtypes": ["fp32"], "duration": 3.0}
         self.fault_config = self.write_config("faults.toml", {
             "burnin": fault_burnin, "memtest": {"share": 0.1, "cpu_mib": 1},
             # a fault must be caught on the first reading; a confirmation would only double it
@@ -242,6 +266,9 @@ class Proof:
                   180, env={"AIRLOCK_CONFIG": self.fault_config,
                             "AIRLOCK_FAULTS": "gemm_corrupt=0,memtest_corrupt=0"},
                   parse=parse_run)
+        self.step("gemm_corrupt_by_dtype", self.me(
+            "corrupt", "--dtypes", "bf16,fp16,fp32" if self.cpu else "bf16,fp16,tf32,fp32",
+            "--size", "128" if self.cpu else "8192", "--duration", "1"), 120)
         if self.cpu:
             sizes, backend = [64 * KIB, 1024 * KIB], "gloo"
         else:
@@ -291,6 +318,9 @@ class Proof:
         summary["gemm_corrupt_at"] = [int(at.group(1)), int(at.group(2))] if at else None
         summary["memtest_corrupt_caught"] = mem.get("verdict") == "fail" and \
             "bad words" in mem.get("detail", "")
+        by_dtype = s.get("gemm_corrupt_by_dtype", {})
+        summary["gemm_corrupt_caught_by_dtype"] = {
+            dt: v["caught"] for dt, v in by_dtype.items() if isinstance(v, dict)}
         nccl = s.get("nccl", {})
         clean, bad = nccl.get("clean", {}), nccl.get("allreduce_corrupt", {})
         summary["allreduce_verified"] = bool(clean.get("verify")) and not clean.get("errors") \
@@ -422,6 +452,13 @@ def markdown(r: dict[str, Any]) -> str:
     for name, key in (("gemm_corrupt=0", "burnin"), ("memtest_corrupt=0", "memtest")):
         f = faults.get(key, {})
         lines.append(f"| {name} | {f.get('verdict', 'not run')}: {f.get('detail', '')} |")
+    by_dtype = s.get("gemm_corrupt_by_dtype", {})
+    if any(isinstance(v, dict) for v in by_dtype.values()):
+        lines.append(f"| gemm_corrupt=0 on {by_dtype.get('device')} alone, size "
+                     f"{by_dtype.get('size')}: checksum error / tolerance | " + ", ".join(
+                         f"{dt} {v['golden_error']:.2e} / {v['tolerance']:.0e} "
+                         f"{'caught' if v['caught'] else '**missed**'}"
+                         for dt, v in by_dtype.items() if isinstance(v, dict)) + " |")
     nccl = s.get("nccl", {})
     clean = nccl.get("clean", {})
     if clean:
@@ -463,7 +500,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd")
     st = sub.add_parser("step")
-    st.add_argument("name", choices=("snapshot", "ratio", "nccl"))
+    st.add_argument("name", choices=("snapshot", "ratio", "nccl", "corrupt"))
     st.add_argument("--config", default="")
     st.add_argument("--dtypes", default="fp32")
     st.add_argument("--size", type=int, default=128)
@@ -483,6 +520,8 @@ def main(argv: list[str] | None = None) -> int:
         elif args.name == "ratio":
             out = step_ratio(args.dtypes.split(","), args.size, args.gemms, args.rounds,
                              args.duration)
+        elif args.name == "corrupt":
+            out = step_corrupt(args.dtypes.split(","), args.size, args.duration)
         else:
             out = step_nccl(args.backend, [int(x) for x in args.sizes.split(",")], args.iters)
         print(json.dumps(out, default=str))

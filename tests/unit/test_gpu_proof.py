@@ -39,6 +39,8 @@ def test_gpu_proof_cpu_mode_runs_every_step_and_catches_every_fault(tmp_path):
     # the faults, caught where the switches put them (airlock/faults.py)
     assert summary["gemm_corrupt_caught"] and summary["gemm_corrupt_at"] == [1, 1]
     assert steps["faults"]["checks"]["burnin"]["detail"].startswith("cpu0 fp32 checksum off")
+    assert summary["gemm_corrupt_caught_by_dtype"] == {"bf16": True, "fp16": True, "fp32": True}
+    assert steps["gemm_corrupt_by_dtype"]["fp32"]["at"] == [1, 1]
     assert summary["memtest_corrupt_caught"]
     assert "first at offset 0xfa0" in steps["faults"]["checks"]["memtest"]["detail"]
     assert summary["allreduce_verified"] and summary["allreduce_backend"] == "gloo"
