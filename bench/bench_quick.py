@@ -201,6 +201,12 @@ def main() -> int:
             stage_dependencies(env["PYTHONPATH"])
         elif os.environ.get("PYTHONPATH"):
             env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+        passed = []
+        if args.real_nvml and os.environ.get("LD_LIBRARY_PATH"):
+            # Where libnvidia-ml is found only through it (containers), a node's slurmd would
+            # need it too; recorded, so the figures say so.
+            env["LD_LIBRARY_PATH"] = os.environ["LD_LIBRARY_PATH"]
+            passed.append("LD_LIBRARY_PATH")
         python = [sys.executable, "-S"] if args.no_site else [sys.executable]
         job = {"SLURM_JOB_ID": "0", "SLURM_JOB_USER": "bench", "SLURM_CONF": "/dev/null"}
         commands = {
@@ -236,6 +242,7 @@ def main() -> int:
                for n, s in samples.items()}
         report: dict = {"runs": args.runs, "nvml": "real" if args.real_nvml else "simulated",
                         "python": sys.executable, "site": not args.no_site,
+                        "passed_env": passed,
                         "hook_argv": commands["hook"][0],
                         "median": med, "goals": {"wall_ratio": GOAL_RATIO,
                                                   "rss_mib": GOAL_RSS_MIB}}
