@@ -166,6 +166,17 @@ def importtime(output: str) -> list[tuple[int, int, int, str]]:
     return rows
 
 
+def median_rows(runs: list[list[tuple[int, int, int, str]]]) -> list[tuple[int, int, int, str]]:
+    """Per module, the median self and cumulative time over several -X importtime runs (one run
+    on a shared machine is noise), in the first run's order."""
+    by: dict[str, list[tuple[int, int, int, str]]] = {}
+    for rows in runs:
+        for r in rows:
+            by.setdefault(r[3], []).append(r)
+    return [(r[0], int(statistics.median(x[1] for x in by[r[3]])),
+             int(statistics.median(x[2] for x in by[r[3]])), r[3]) for r in runs[0]]
+
+
 def breakdown(rows: list[tuple[int, int, int, str]], baseline: set[str]) -> dict:
     """Top-level imports beyond the baseline's, by cumulative time, and Airlock's own modules."""
     extra = [r for r in rows if r[3] not in baseline]
@@ -232,9 +243,9 @@ def main() -> int:
                           file=sys.stderr)
                     return 1
                 samples[name].append(r)
-        rows = {n: importtime(spawn(with_importtime(commands[n][0]),
-                                    {**commands[n][1], "SLURM_JOB_ID": "999"}, out)["output"])
-                for n in names}
+        rows = {n: median_rows([importtime(spawn(
+            with_importtime(commands[n][0]), {**commands[n][1], "SLURM_JOB_ID": str(900 + k)},
+            out)["output"]) for k in range(3)]) for n in names}
         base_modules = {r[3] for r in rows["pass"]}
         med = {n: {"wall_s": statistics.median(r["wall"] for r in s),
                    "cpu_s": statistics.median(r["cpu"] for r in s),

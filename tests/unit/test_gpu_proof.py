@@ -51,6 +51,7 @@ def test_gpu_proof_cpu_mode_runs_every_step_and_catches_every_fault(tmp_path):
     for dtype in ("fp32", "bf16"):
         ratio = steps["burnin_vs_matmul"][dtype]
         assert ratio["raw_tflops"] > 0 and ratio["burnin_tflops"] > 0 and ratio["ratio"] > 0
+        assert ratio["burnin_reported_tflops"] > 0 and summary["burnin_vs_matmul_ratio"][dtype] > 0
         assert summary["floor_margin"][dtype] > 1  # the cpu profile's floors, passed
     for hook in ("hook", "prolog"):
         assert summary[f"{hook}_wall_ratio"] > 0 and summary[f"{hook}_rss_mib"] > 0
