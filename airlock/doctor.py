@@ -224,6 +224,27 @@ def check_nvml(cfg, node: str) -> list[Item]:
                              f"({', '.join(snap.models) or 'none'})")]
 
 
+def check_recovery_http(cfg) -> list[Item]:
+    """[recovery.http] (provider "http" only): each insecure setting that allow_insecure lets
+    through is a WARN; a token file others can read, or not root's, is a FAIL without it."""
+    from airlock.recovery.providers.http import token_file_problem
+
+    rec = cfg.recovery
+    if rec.provider != "http":
+        return []
+    s = rec.http
+    level = WARN if s.allow_insecure else FAIL
+    items = [Item(WARN, "recovery.http", f"allow_insecure: {p}") for p in s.insecure_transport()]
+    if s.token_file:
+        problem = token_file_problem(s.token_file)
+        if problem:
+            items.append(Item(level, "recovery.http", f"token_file {s.token_file}: {problem}"))
+    if not items:
+        items.append(Item(OK, "recovery.http", f"{s.url}: TLS verified"
+                          if s.url.startswith("https") else f"{s.url}: loopback"))
+    return items
+
+
 TORCH_PROBE = ("import torch; c = torch.cuda.is_available(); "
                "print(torch.__version__, c, torch.cuda.device_count() if c else 0)")
 
@@ -255,6 +276,7 @@ def run(config_path: str | None, node: str, torch_check: bool = True) -> list[It
     slurm = Slurm.from_config(cfg) if cfg is not None else Slurm()
     if cfg is not None:
         items += check_dirs(cfg, node)
+        items += check_recovery_http(cfg)
     try:
         pong = slurm.scontrol("ping", timeout=10).strip().splitlines()
         line = next((p for p in pong if "UP" in p), "")

@@ -1,9 +1,11 @@
 """Prometheus metrics in the text exposition format, for node_exporter's textfile collector.
 
-Two files, both written with prometheus-client's write_to_textfile (a temp file renamed into
-place, so the collector never reads half a file):
+Two files, both written atomically through a temporary file with an unpredictable name (mkstemp
+style, in textfile_dir, which node_exporter's operators often make writable by more than root),
+then renamed into place, so the collector never reads half a file and nobody can plant the
+temporary name in advance (prometheus-client's write_to_textfile uses <file>.<pid>.<thread>):
 
-* the node's file, <textfile_dir>/airlock.prom, refreshed by the results store after every run
+* the node's file, <textfile_dir>/airlock.prom, refreshed by airlock.finish after every run
   (HealthCheckProgram, prolog, epilog, registration suite, `airlock check`) when [metrics]
   textfile_dir is set, or by `airlock metrics --node N`: the last run of each level.
 * the controller's file, <textfile_dir>/airlock-controller.prom, from `airlock metrics
@@ -36,8 +38,17 @@ class MetricsSection:
 
 
 def _textfile_dir(cfg, node: str = "") -> str:
+    """The configured folder with {node} replaced: by the node, or for the controller's file by
+    this host's name (never a directory literally named {node})."""
     folder = cfg.section("metrics").textfile_dir
-    return paths.expand(folder, node) if node else folder
+    return paths.expand(folder, node or paths.local_node_name())
+
+
+def _write(target: Path, registry) -> Path:
+    from prometheus_client import generate_latest
+
+    paths.atomic_write_text(target, generate_latest(registry).decode("utf-8"))
+    return target
 
 
 def _number(value: Any) -> float | None:
@@ -97,12 +108,7 @@ def node_registry(node: str, runs: dict[str, dict[str, Any]]):
 
 def write_node_textfile(cfg, node: str, runs: dict[str, dict[str, Any]],
                         folder: str | None = None) -> Path:
-    from prometheus_client import write_to_textfile
-
-    target = Path(folder or _textfile_dir(cfg, node)) / NODE_FILE
-    target.parent.mkdir(parents=True, exist_ok=True)
-    write_to_textfile(str(target), node_registry(node, runs))
-    return target
+    return _write(Path(folder or _textfile_dir(cfg, node)) / NODE_FILE, node_registry(node, runs))
 
 
 def controller_registry(status: dict[str, Any], recovery: dict[str, Any]):
@@ -169,9 +175,5 @@ class _ActionsCollector:
 
 def write_controller_textfile(cfg, status: dict[str, Any], recovery: dict[str, Any],
                               folder: str | None = None) -> Path:
-    from prometheus_client import write_to_textfile
-
-    target = Path(folder or _textfile_dir(cfg)) / CONTROLLER_FILE
-    target.parent.mkdir(parents=True, exist_ok=True)
-    write_to_textfile(str(target), controller_registry(status, recovery))
-    return target
+    return _write(Path(folder or _textfile_dir(cfg)) / CONTROLLER_FILE,
+                  controller_registry(status, recovery))

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -47,7 +48,9 @@ class XidEvent:
     source: str = "nvml"
 
 
-@dataclass(frozen=True)
+# eq=False on the two big records: nothing compares them, and the periodic hook would pay for
+# generating __eq__/__hash__ over 27 fields at every start.
+@dataclass(frozen=True, eq=False)
 class Gpu:
     index: int
     name: str = ""
@@ -78,13 +81,14 @@ class Gpu:
     compute_pids: tuple[int, ...] = ()  # processes holding a CUDA context on this GPU
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Snapshot:
     source: str  # "nvml", "simulated" or "none"
     gpus: tuple[Gpu, ...] = ()
     driver_version: str = ""
     gathered_at: float = field(default_factory=time.time)
     duration_s: float = 0.0
+    note: str = ""  # with source "none": why NVML is absent (no library, driver not loaded)
 
     @property
     def count(self) -> int:
@@ -196,24 +200,25 @@ class SimulatedBackend:
         return Snapshot("simulated", gpus, driver_version=min(drivers) if drivers else "")
 
 
-class NoGpuBackend:
-    key = "none"
-
-    def snapshot(self) -> Snapshot:
-        return Snapshot("none")
-
-
 class PynvmlBackend:
-    """Real NVML. Each field is read on its own so one unsupported query does not hide the rest."""
+    """Real NVML. Each field is read on its own so one unsupported query does not hide the rest.
+
+    NVML is initialised once per snapshot (an init without persistence mode can take a second
+    on a big node): a missing library or an unloaded driver gives an empty "none" snapshot that
+    says why; any other init failure is a GPU node's NVML in trouble, an error."""
 
     key = "nvml"
 
     def snapshot(self) -> Snapshot:
-        import pynvml
-
+        try:
+            import pynvml
+        except ImportError:
+            return Snapshot("none", note="nvidia-ml-py (pynvml) is not installed")
         try:
             pynvml.nvmlInit()
         except pynvml.NVMLError as exc:
+            if getattr(exc, "value", None) in _absent_codes(pynvml):
+                return Snapshot("none", note=f"NVML: {exc}")
             # e.g. "Driver/library version mismatch" after a driver update without a reboot
             raise NvmlError(f"nvml init failed: {exc}") from None
         try:
@@ -292,6 +297,12 @@ class PynvmlBackend:
         read("compute_pids", nv.nvmlDeviceGetComputeRunningProcesses, h,
              post=lambda procs: tuple(int(p.pid) for p in procs))
         return Gpu(**values)
+
+
+def _absent_codes(nv) -> set[int | None]:
+    """NVML init errors that mean "no NVIDIA driver here" rather than "a driver in trouble"."""
+    return {getattr(nv, n, None) for n in
+            ("NVML_ERROR_LIBRARY_NOT_FOUND", "NVML_ERROR_DRIVER_NOT_LOADED")} - {None}
 
 
 def _lost_codes(nv) -> tuple[int, ...]:
@@ -390,9 +401,7 @@ def real_nvml_available() -> bool:
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError as exc:
-        absent = {getattr(pynvml, n, None) for n in
-                  ("NVML_ERROR_LIBRARY_NOT_FOUND", "NVML_ERROR_DRIVER_NOT_LOADED")}
-        return getattr(exc, "value", None) not in absent
+        return getattr(exc, "value", None) not in _absent_codes(pynvml)
     except Exception:
         return False
     try:
@@ -405,9 +414,51 @@ def real_nvml_available() -> bool:
 def backend_for(cfg, node: str):
     if cfg.nvml.simulate:
         return SimulatedBackend(cfg.nvml.simulate, node)
-    if real_nvml_available():
-        return PynvmlBackend()
-    return NoGpuBackend()
+    return PynvmlBackend()
+
+
+# PCI class codes (the upper 16 bits of sysfs `class`) of a GPU: VGA and 3D controllers.
+GPU_PCI_CLASSES = (0x0300, 0x0302)
+NVIDIA_VENDOR = 0x10DE
+
+
+def pci_gpus(sys_root: str = "/sys") -> list[str]:
+    """PCI addresses of the NVIDIA GPUs on the bus, whatever NVML can see: vendor 0x10de, class
+    VGA or 3D controller. NVSwitches (bridges) and audio functions have other classes; SR-IOV
+    virtual functions (`physfn`) and devices handed to VMs (bound to vfio-pci) are not this
+    host's GPUs. An unreadable bus gives []."""
+    base = os.path.join(sys_root, "bus", "pci", "devices")
+    try:
+        entries = sorted(os.listdir(base))
+    except OSError:
+        return []
+    found = []
+    for addr in entries:
+        dev = os.path.join(base, addr)
+        if _hex(os.path.join(dev, "vendor")) != NVIDIA_VENDOR:
+            continue
+        if (_hex(os.path.join(dev, "class")) or 0) >> 8 not in GPU_PCI_CLASSES:
+            continue
+        if os.path.lexists(os.path.join(dev, "physfn")):
+            continue
+        try:
+            if os.path.basename(os.readlink(os.path.join(dev, "driver"))) == "vfio-pci":
+                continue
+        except OSError:
+            pass  # no driver bound: exactly the case this scan is for
+        found.append(addr)
+    return found
+
+
+def _hex(path: str) -> int | None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            return int(os.read(fd, 32).strip(), 16)
+        finally:
+            os.close(fd)
+    except (OSError, ValueError):
+        return None
 
 
 _HUNG: dict[str, threading.Thread] = {}  # backend key -> its gather thread that never returned
@@ -442,5 +493,4 @@ def gather(backend, timeout: float) -> Snapshot:
             raise exc
         raise NvmlError(f"nvml error: {exc}")
     snap: Snapshot = box["snap"]
-    return Snapshot(snap.source, snap.gpus, snap.driver_version, snap.gathered_at,
-                    time.monotonic() - started)
+    return dataclasses.replace(snap, duration_s=time.monotonic() - started)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import getpass
 import json
+import os
 import random
 import subprocess
 import sys
@@ -157,6 +158,7 @@ class Launcher:
         self.slurm = slurm
         self.reservation = reservation
         self.python = cfg.ondemand.python or sys.executable
+        self.env: dict[str, str] = {}  # added to every srun's environment
 
     def srun(self, nodes: list[str], worker_args: list[str], timeout: float,
              name: str) -> tuple[int, str, str]:
@@ -168,6 +170,7 @@ class Launcher:
                 self.python, "-m", "airlock.ondemand", *worker_args]
         env = self.slurm.env()
         env["AIRLOCK_CONFIG"] = self.cfg.path
+        env.update(self.env)
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 env=env, stdin=subprocess.DEVNULL, start_new_session=True)
         try:
@@ -189,11 +192,13 @@ class Launcher:
 class GroupTester:
     """One multi-node all-reduce over a list of nodes: True when it passes."""
 
-    def __init__(self, cfg, launcher: Launcher, addrs: dict[str, str], level: str):
+    def __init__(self, cfg, launcher: Launcher, addrs: dict[str, str], level: str,
+                 secret_file: str = ""):
         self.cfg = cfg
         self.launcher = launcher
         self.addrs = addrs
         self.level = level
+        self.secret_file = secret_file  # "" = the secret travels in srun's environment
         self.runs: list[dict[str, Any]] = []
         self.count = 0
 
@@ -204,6 +209,8 @@ class GroupTester:
         master = self.addrs[nodes[0]]
         args = ["group-worker", "--master", master, "--port", str(port),
                 "--nodes", ",".join(nodes), "--level", self.level]
+        if self.secret_file:
+            args += ["--secret-file", self.secret_file]
         rc, out, err = self.launcher.srun(nodes, args, self.cfg.ondemand.group_timeout,
                                           f"airlock-group-{self.count}")
         results = protocol.all_of(out, protocol.GROUP)
@@ -307,9 +314,50 @@ def _local_level(cfg, launcher: Launcher, targets: dict[str, Target], ready: lis
     return passed
 
 
+def _group_secret(cfg, launcher: Launcher) -> tuple[str, str]:
+    """The run's rendezvous secret (airlock.dist.rendezvous): (its file, root-only, in a 0700
+    folder under the shared directory, "" without one; the folder to remove afterwards). With
+    no shared directory it travels in srun's environment instead."""
+    from airlock.dist.rendezvous import SECRET_ENV, new_secret
+
+    secret = new_secret()
+    if not cfg.shared_dir:
+        launcher.env[SECRET_ENV] = secret
+        return "", ""
+    name = f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
+    root = paths.shared_root(cfg.shared_dir)
+    with paths.SafeDir.open(root, [".ondemand", name], create=True, mode=0o700) as d:
+        d.chmod(0o700)
+        path = d.write_text("secret", secret + "\n", mode=0o600)
+    return str(path), name
+
+
 def _group(cfg, launcher: Launcher, targets: dict[str, Target], passed: list[str], level: str,
            echo) -> None:
-    tester = GroupTester(cfg, launcher, {n: targets[n].addr for n in passed}, level)
+    try:
+        secret_file, folder = _group_secret(cfg, launcher)
+    except OSError as exc:
+        for n in passed:
+            targets[n].group, targets[n].status = "inconclusive", "inconclusive"
+            targets[n].why = f"group all-reduce not run: no place for its secret: {exc}"
+        return
+    try:
+        _group_run(cfg, launcher, targets, passed, level, echo, secret_file)
+    finally:
+        if folder:
+            try:
+                with paths.SafeDir.open(paths.shared_root(cfg.shared_dir), [".ondemand"]) as d:
+                    with d.sub(folder) as f:
+                        f.unlink("secret")
+                    os.rmdir(folder, dir_fd=d.fd)
+            except OSError:
+                pass
+
+
+def _group_run(cfg, launcher: Launcher, targets: dict[str, Target], passed: list[str],
+               level: str, echo, secret_file: str) -> None:
+    tester = GroupTester(cfg, launcher, {n: targets[n].addr for n in passed}, level,
+                         secret_file)
     echo(f"airlock: group all-reduce over {collect(passed)}")
     if tester(passed):
         fig = tester.runs[-1]["figures"]
@@ -387,13 +435,15 @@ def node_worker(level: str, only: list[str]) -> int:
     return 0
 
 
-def group_worker(master: str, port: int, nodes: list[str], level: str) -> int:
+def group_worker(master: str, port: int, nodes: list[str], level: str,
+                 secret_file: str = "") -> int:
     from airlock import config as config_mod
     from airlock.checks import groupcheck
 
     cfg = config_mod.load()
     node = paths.local_node_name()
-    result = groupcheck.run_member(cfg, node, nodes, master, port, level)
+    result = groupcheck.run_member(cfg, node, nodes, master, port, level,
+                                   secret_file=secret_file)
     protocol.emit(protocol.GROUP, result)
     return 0
 
@@ -415,8 +465,9 @@ def _node_worker_cmd(level: str, only: tuple[str, ...]) -> None:
 @click.option("--port", type=int, required=True)
 @click.option("--nodes", required=True)
 @click.option("--level", default="standard")
-def _group_worker_cmd(master: str, port: int, nodes: str, level: str) -> None:
-    sys.exit(group_worker(master, port, nodes.split(","), level))
+@click.option("--secret-file", default="")
+def _group_worker_cmd(master: str, port: int, nodes: str, level: str, secret_file: str) -> None:
+    sys.exit(group_worker(master, port, nodes.split(","), level, secret_file))
 
 
 if __name__ == "__main__":

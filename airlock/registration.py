@@ -23,11 +23,10 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from airlock import config as config_mod
-from airlock import drains, finish, nodestate, reasons
+from airlock import drains, finish, nodestate, paths, reasons
 from airlock.checks.base import failed, passed, warned
 from airlock.errors import AirlockError, where
 from airlock.runner import run_level
@@ -140,8 +139,8 @@ class Suite:
             addr = self.slurm.node(self.node).address or "127.0.0.1"
         except AirlockError:
             addr = "127.0.0.1"
-        batch = Batch(Path(self.cfg.shared_dir) / ".batches", self.node, addr, reg.group_window,
-                      reg.group_timeout, tuple(self.cfg.ondemand.port_range),
+        batch = Batch(paths.shared_root(self.cfg.shared_dir), self.node, addr,
+                      reg.group_window, reg.group_timeout, tuple(self.cfg.ondemand.port_range),
                       confirm=self.cfg.checks.confirm_runs)
         batch.arrive(self.run_id)
         doc = batch.form()
@@ -150,9 +149,10 @@ class Suite:
                 "no batch test")
             return None
 
-        def member(nodes: list[str], master: str, port: int) -> dict[str, Any]:
+        def member(nodes: list[str], master: str, port: int, secret_file: str
+                   ) -> dict[str, Any]:
             return run_member(self.cfg, self.node, nodes, master, port, self.level,
-                              timeout=reg.group_timeout)
+                              timeout=reg.group_timeout, secret_file=secret_file)
 
         verdict = batch.run(doc, member)
         members = ",".join(doc["members"])

@@ -16,7 +16,6 @@ import sys
 from importlib import resources
 from typing import Any
 
-from airlock import tomlw
 from airlock.config import DEFAULT_PATH
 from airlock.errors import AirlockError
 
@@ -30,6 +29,26 @@ SLURM_DEFAULTS: dict[str, Any] = {
     "config": DEFAULT_PATH,
 }
 NODE_STATES = ("ANY", "ALLOC", "MIXED", "IDLE", "CYCLE", "START_ONLY")
+
+
+def toml_value(value: Any) -> str:
+    """One TOML value on one line (the example config puts `key = value` under each comment).
+
+    The quoting and escaping are tomli-w's (a kept library; the hand-written writer this
+    replaces produced invalid TOML for non-ASCII text). tomli-w always breaks arrays over
+    several lines, so arrays and inline tables are joined here from tomli-w's own items."""
+    import tomli_w
+
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        items = [f"{tomli_w.dumps({str(k): 0}).partition(' = ')[0]} = {toml_value(v)}"
+                 for k, v in value.items()]
+        return "{" + ", ".join(items) + "}"
+    try:
+        return tomli_w.dumps({"v": value}).partition(" = ")[2].rstrip("\n")
+    except TypeError:
+        raise AirlockError(f"cannot write {type(value).__name__} as TOML") from None
 
 
 def template_text(name: str) -> str:
@@ -153,7 +172,7 @@ def config_model() -> list[dict[str, Any]]:
             if dataclasses.is_dataclass(default):
                 subtables += table(f"{name}.{f.name}", type(default))
                 continue
-            keys.append({"key": f.name, "value": tomlw.value(default),
+            keys.append({"key": f.name, "value": toml_value(default),
                          "comment": comments.get(f.name, "")})
         return [{"name": name, "keys": keys, "doc": (cls.__doc__ or "").strip()
                  if not (cls.__doc__ or "").startswith(cls.__name__ + "(") else ""},
@@ -162,7 +181,7 @@ def config_model() -> list[dict[str, Any]]:
     top = config_mod.TOP_LEVEL
     top_comments = _top_level_comments()
     model = [{"name": "", "doc": "", "keys": [
-        {"key": k, "value": tomlw.value(d), "comment": top_comments.get(k, "")}
+        {"key": k, "value": toml_value(d), "comment": top_comments.get(k, "")}
         for k, (_t, d) in top.items()]}]
     for name, spec in config_mod.SECTIONS.items():
         model += table(name, config_mod._resolve(spec))

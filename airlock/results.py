@@ -29,7 +29,7 @@ detail, figures, remediation, duration_s, attempts}].
 
 from __future__ import annotations
 
-import json
+import math
 import os
 import threading
 import time
@@ -38,20 +38,73 @@ from pathlib import Path
 from typing import Any
 
 from airlock.paths import (
-    atomic_write,
+    SafeDir,
+    UnsafePath,
     local_node_name,
     node_dir,
-    read_json,
     shared_node_dir,
+    shared_node_parts,
+    split_template,
+    valid_node_name,
+    valid_run_id,
 )
 
 SCHEMA = 1
 KEEP = 50
 READ_TIMEOUT = 5.0
+VERDICTS = ("pass", "warn", "fail")
+CHECK_VERDICTS = ("pass", "warn", "fail", "skip")
 
 
 def new_run_id(node: str) -> str:
     return time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + f"-{os.getpid()}-{node}"
+
+
+def run_problem(doc: Any, node: str | None = None) -> str:
+    """Why doc is not a run document (of node, when given); "" when it is one.
+
+    Documents in the shared directory are data from strangers (any node's root, or a user who
+    got a file in): each is checked field by field before any of it is used, so a bad one is
+    skipped and named instead of crashing whoever reads it.
+    """
+    if not isinstance(doc, dict):
+        return "not a run document"
+    if doc.get("schema", SCHEMA) != SCHEMA:
+        return f"schema {doc.get('schema')!r}, expected {SCHEMA}"
+    if not valid_node_name(doc.get("node")):
+        return "no valid node name"
+    if node is not None and doc["node"] != node:
+        return f"written for node {doc['node']!r}, not {node!r}"
+    if not valid_run_id(doc.get("run_id")):
+        return "no valid run_id"
+    if doc.get("verdict") not in VERDICTS:
+        return f"verdict {doc.get('verdict')!r} is not one of {', '.join(VERDICTS)}"
+    for key in ("level", "trigger", "detail", "profile"):
+        if key in doc and not isinstance(doc[key], str):
+            return f"{key} is not a string"
+    if doc.get("failed_check") is not None and not isinstance(doc["failed_check"], str):
+        return "failed_check is not a string"
+    for key in ("started_at", "finished_at", "duration_s"):
+        if doc.get(key) is not None and not _finite(doc[key]):
+            return f"{key} is not a number"
+    checks = doc.get("checks", [])
+    if not isinstance(checks, list):
+        return "checks is not a list"
+    for i, rec in enumerate(checks):
+        if not isinstance(rec, dict) or not isinstance(rec.get("check"), str):
+            return f"checks[{i}] is not a check record"
+        if rec.get("verdict") not in CHECK_VERDICTS:
+            return f"checks[{i}] verdict {rec.get('verdict')!r} is not a verdict"
+        if not isinstance(rec.get("figures", {}), dict):
+            return f"checks[{i}] figures is not a table"
+        if not isinstance(rec.get("detail", ""), str):
+            return f"checks[{i}] detail is not a string"
+    return ""
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) \
+        and math.isfinite(value)
 
 
 class ResultStore:
@@ -65,57 +118,106 @@ class ResultStore:
         """Write a run everywhere it belongs; return problems with the copies (if any).
 
         The node-local write must succeed (OSError propagates); the shared copy is best effort,
-        its problems are returned for the caller to log.
+        its problems are returned for the caller to log. Below the configured directories no
+        link is ever followed: a link planted in place of a results folder is refused, and
+        nothing is written or pruned through it.
         """
         run.setdefault("schema", SCHEMA)
         level = run.get("level", "quick")
-        if history:
-            atomic_write(self.local / "results" / f"{run['run_id']}.json", run)
-            self._prune(self.local / "results")
-        atomic_write(self.local / f"latest-{level}.json", run)
-        atomic_write(self.local / "latest.json", run)
+        if not valid_run_id(run.get("run_id")):
+            raise UnsafePath(self.local, f"run id {run.get('run_id')!r} is not a valid name")
+        root, parts = split_template(self.cfg.state_dir, self.node)
+        self._write_tree(root, parts, run, level, history)
         problems = []
-        if self.shared is not None:
+        where = shared_node_parts(self.cfg.shared_dir, self.node)
+        if where is not None:
             try:
-                if history:
-                    atomic_write(self.shared / "results" / f"{run['run_id']}.json", run)
-                    self._prune(self.shared / "results")
-                atomic_write(self.shared / "latest.json", run)
+                self._write_tree(where[0], where[1], run, level, history, shared=True)
             except OSError as exc:
-                problems.append(f"shared results dir {self.shared}: {exc.strerror or exc}")
+                problems.append(f"shared results dir {self.shared}: {_why(exc)}")
         return problems
+
+    @staticmethod
+    def _write_tree(root: Path, parts: list[str], run: dict[str, Any], level: str,
+                    history: bool, shared: bool = False) -> None:
+        with SafeDir.open(root, parts, create=True) as d:
+            if history:
+                with d.sub("results", create=True) as folder:
+                    folder.write_json(f"{run['run_id']}.json", run)
+                    folder.prune(KEEP)
+            if not shared:
+                d.write_json(f"latest-{level}.json", run)
+            d.write_json("latest.json", run)
 
     def latest(self, level: str | None = None) -> dict[str, Any] | None:
         name = f"latest-{level}.json" if level else "latest.json"
-        return read_json(self.local / name)
+        try:
+            with self._local() as d:
+                run = d.read_json(name)
+        except (OSError, ValueError):
+            return None
+        return run if not run_problem(run) else None
 
     def latest_by_level(self) -> dict[str, dict[str, Any]]:
-        out = {}
-        for path in sorted(self.local.glob("latest-*.json")):
-            run = read_json(path)
-            if isinstance(run, dict):
-                out[path.stem.removeprefix("latest-")] = run
+        out: dict[str, dict[str, Any]] = {}
+        try:
+            with self._local() as d:
+                for name in d.files(".json"):
+                    if not name.startswith("latest-"):
+                        continue
+                    try:
+                        run = d.read_json(name)
+                    except (OSError, ValueError):
+                        continue
+                    if not run_problem(run):
+                        out[name[len("latest-"):-len(".json")]] = run
+        except OSError:
+            pass
         return out
 
     def history(self, limit: int = 10) -> list[dict[str, Any]]:
         return read_history(self.local, limit)
 
-    @staticmethod
-    def _prune(folder: Path) -> None:
-        files = sorted(folder.glob("*.json"))
-        for f in files[:-KEEP]:
-            try:
-                f.unlink()
-            except OSError:
-                pass
+    def _local(self) -> SafeDir:
+        root, parts = split_template(self.cfg.state_dir, self.node)
+        return SafeDir.open(root, parts)
 
 
-def read_history(folder: Path, limit: int) -> list[dict[str, Any]]:
-    """The last `limit` runs kept under folder/results, newest first."""
+def _why(exc: OSError) -> str:
+    if isinstance(exc, UnsafePath):
+        return str(exc)
+    return exc.strerror or str(exc)
+
+
+def read_history(folder: Path, limit: int, node: str | None = None) -> list[dict[str, Any]]:
+    """The last `limit` valid runs kept under folder/results, newest first."""
     if limit <= 0:
         return []
-    runs = [r for r in (read_json(f) for f in (folder / "results").glob("*.json"))
-            if isinstance(r, dict)]
+    try:
+        with SafeDir.open(folder) as d:
+            return _history(d, limit, node)
+    except OSError:
+        return []
+
+
+def _history(d: SafeDir, limit: int, node: str | None) -> list[dict[str, Any]]:
+    """Runs under d/results: links are not followed, documents that fail the schema are left
+    out."""
+    if limit <= 0:
+        return []
+    runs = []
+    try:
+        with d.sub("results") as folder:
+            # Run ids start with a UTC timestamp: the newest names hold the newest runs.
+            for name in folder.files(".json")[-4 * limit:]:
+                try:
+                    run = folder.read_json(name)
+                except (OSError, ValueError):
+                    continue
+                if not run_problem(run, node):
+                    runs.append(run)
+    except OSError:
+        return []
     runs.sort(key=lambda r: (r.get("finished_at") or 0, r.get("run_id", "")), reverse=True)
     return runs[:limit]
 
@@ -135,66 +237,82 @@ def local_readable(cfg, node: str) -> bool:
     return "{node}" in cfg.state_dir or node == local_node_name()
 
 
-def _read_run(path: Path) -> tuple[dict[str, Any] | None, str]:
+def _open(root: Path, parts: list[str]) -> tuple[SafeDir | None, str]:
+    """(the folder, "") or (None, why not: "missing" when it does not exist)."""
+    path = root.joinpath(*parts)
     try:
-        with open(path) as fh:
-            data = json.load(fh)
+        return SafeDir.open(root, parts), ""
     except FileNotFoundError:
         return None, "missing"
+    except UnsafePath as exc:
+        return None, str(exc)
+    except NotADirectoryError:
+        return None, f"{path} unreachable: not a directory"
+    except OSError as exc:
+        return None, f"{path} unreachable: {exc.strerror or exc}"
+
+
+def _read_run(d: SafeDir, node: str, name: str = "latest.json"
+              ) -> tuple[dict[str, Any] | None, str]:
+    path = d.path / name
+    try:
+        data = d.read_json(name)
+    except FileNotFoundError:
+        return None, "missing"
+    except UnsafePath as exc:
+        return None, str(exc)
     except PermissionError:
         return None, f"{path}: permission denied"
-    except IsADirectoryError:
-        return None, f"{path}: is a directory"
     except OSError as exc:
         return None, f"{path}: {exc.strerror or exc}"
     except ValueError:
         return None, f"{path}: not valid JSON"
-    if not isinstance(data, dict) or "verdict" not in data:
-        return None, f"{path}: not a run document"
+    why = run_problem(data, node)
+    if why:
+        return None, f"{path}: {why}"
     return data, ""
-
-
-def _probe_dir(folder: Path) -> str:
-    """Name the reason a results folder cannot be read ("" when it can)."""
-    try:
-        if folder.is_dir():
-            os.listdir(folder)
-            return ""
-    except OSError as exc:
-        return f"{folder} unreachable: {exc.strerror or exc}"
-    if folder.exists() or folder.is_symlink():
-        return f"{folder} unreachable: not a directory"
-    return ""
 
 
 def read_node(cfg, node: str, history: int = 0) -> NodeResults:
     """The last run of a node (and its history), from the best source this host can see."""
     problems = []
-    shared = shared_node_dir(cfg.shared_dir, node)
-    if shared is not None:
-        root = Path(cfg.shared_dir.split("{node}")[0] or "/")
-        bad_root = _probe_dir(root) or ("" if root.exists() else f"{root} unreachable: missing")
-        if bad_root:
-            problems.append(f"shared results dir {bad_root}")
+    try:
+        where = shared_node_parts(cfg.shared_dir, node)
+    except UnsafePath as exc:
+        return NodeResults(node, None, "slurm", f"shared results: {exc}")
+    if where is not None:
+        root, parts = where
+        top, why = _open(root, [])
+        if top is None:
+            problems.append(f"shared results dir {root} unreachable: missing" if why == "missing"
+                            else f"shared results dir {why}")
         else:
-            bad = _probe_dir(shared)
-            run, why = (None, bad) if bad else _read_run(shared / "latest.json")
-            if run is not None:
-                return NodeResults(node, run, "shared", "", read_history(shared, history))
+            top.close()
+            folder, why = _open(root, parts)
+            run = None
+            if folder is not None:
+                with folder:
+                    run, why = _read_run(folder, node)
+                    if run is not None:
+                        return NodeResults(node, run, "shared", "",
+                                           _history(folder, history, node))
             problems.append("no results in the shared dir yet" if why == "missing"
                             else f"shared results: {why}")
     if local_readable(cfg, node):
-        local = node_dir(cfg.state_dir, node)
-        run, why = _read_run(local / "latest.json")
-        if run is not None:
-            # Still name a broken shared copy: the controller elsewhere cannot see this run.
-            return NodeResults(node, run, "local", "; ".join(problems),
-                               read_history(local, history))
+        folder, why = _open(*split_template(cfg.state_dir, node))
+        run = None
+        if folder is not None:
+            with folder:
+                run, why = _read_run(folder, node)
+                if run is not None:
+                    # Still name a broken shared copy: the controller elsewhere cannot see it.
+                    return NodeResults(node, run, "local", "; ".join(problems),
+                                       _history(folder, history, node))
         if why != "missing":
             problems.append(f"local results: {why}")
         elif not problems:
             problems.append("no results yet")
-    elif shared is None:
+    elif where is None:
         problems.append("no shared_dir configured and node-local results are not on this host")
     return NodeResults(node, None, "slurm", "; ".join(problems))
 

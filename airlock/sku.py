@@ -9,8 +9,16 @@ Which profile a node gets, most specific first:
   5. detected: the first GPU's NVML name contains one of a profile's `models`, the count
      breaking ties; a node with no GPUs gets `cpu`.
 Partitions and features come from one `scontrol show node` call, made only when those tables are
-set (the same call gives the node's GRES to the gpu_count check), and shared by every check of a
-run, so the quick path makes at most one Slurm call.
+set (the same call gives the node's GRES to the gpu_count check at registration), and shared by
+every check of a run.
+
+A node with NVIDIA GPUs on its PCI bus never counts as having none: when NVML cannot load (a
+driver that failed to load, a missing library), detection gives an `auto:nvidia-pci` profile that
+expects the GPUs the bus shows, so `gpu_count` fails instead of the node passing as `cpu`.
+
+Loading is lazy, because the periodic hook pays for it on every run: a profile named in config
+is read from its own file (a shipped profile's file is named after it), and every file is parsed
+only when detection needs all of their `models`.
 
 Every key a profile may carry is in SCHEMA below, with its type and default; an unknown key or a
 wrong type is a clear error naming the file and the key (a typo must not silently drop a floor).
@@ -22,10 +30,10 @@ import copy
 import os
 import tomllib
 from dataclasses import dataclass, field
-from importlib import resources
 from typing import Any
 
 from airlock.errors import AirlockError, ConfigError
+from airlock.profiles import PROFILE_DIR
 
 DTYPES = ("bf16", "fp16", "tf32", "fp32")
 ACTIONS = ("fail", "warn", "ignore")
@@ -151,30 +159,52 @@ def from_dict(data: dict[str, Any], origin: str) -> Profile:
                    extra=extra, origin=origin)
 
 
-def load_file(path: str) -> Profile:
+def load_file(path: str, origin: str = "") -> Profile:
+    origin = origin or path
     try:
         with open(path, "rb") as fh:
             data = tomllib.load(fh)
     except OSError as exc:
-        raise ConfigError(f"profile {path}: {exc.strerror or exc}") from None
+        raise ConfigError(f"profile {origin}: {exc.strerror or exc}") from None
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"profile {path}: invalid TOML: {exc}") from None
-    return from_dict(data, path)
+        raise ConfigError(f"profile {origin}: invalid TOML: {exc}") from None
+    return from_dict(data, origin)
 
 
 _CACHE: dict[tuple[str, ...], dict[str, Profile]] = {}
+_FILES: dict[str, Profile] = {}  # shipped file path -> its profile, parsed once per process
+
+
+def _shipped_file(path: str) -> Profile:
+    if path not in _FILES:
+        _FILES[path] = load_file(path, origin=os.path.basename(path))
+    return _FILES[path]
+
+
+def _shipped_names() -> list[str]:
+    return sorted(f[:-5] for f in os.listdir(PROFILE_DIR)
+                  if f.endswith(".toml") and f not in NOT_PROFILES)
 
 
 def builtin() -> dict[str, Profile]:
+    """Every shipped profile, by name (each file is named after its profile)."""
     out: dict[str, Profile] = {}
-    for entry in sorted(resources.files("airlock.profiles").iterdir(), key=lambda e: e.name):
-        if entry.name.endswith(".toml") and entry.name not in NOT_PROFILES:
-            try:
-                data = tomllib.loads(entry.read_text())
-            except tomllib.TOMLDecodeError as exc:
-                raise ConfigError(f"profile {entry.name}: invalid TOML: {exc}") from None
-            p = from_dict(data, entry.name)
-            out[p.name] = p
+    for stem in _shipped_names():
+        p = _shipped_file(os.path.join(PROFILE_DIR, stem + ".toml"))
+        out[p.name] = p
+    return out
+
+
+def _site(dirs: list[str] | tuple[str, ...]) -> dict[str, Profile]:
+    """The site directories' profiles, by name (a later directory replaces an earlier one)."""
+    out: dict[str, Profile] = {}
+    for d in dirs:
+        if not os.path.isdir(d):
+            raise ConfigError(f"profile directory {d}: not found")
+        for fname in sorted(os.listdir(d)):
+            if fname.endswith(".toml") and fname not in NOT_PROFILES:
+                p = load_file(os.path.join(d, fname))
+                out[p.name] = p
     return out
 
 
@@ -182,29 +212,44 @@ def available(dirs: list[str] | tuple[str, ...] = ()) -> dict[str, Profile]:
     """Built-in profiles, then each site directory's *.toml (later ones replace earlier)."""
     key = tuple(dirs)
     if key not in _CACHE:
-        profiles = builtin()
-        for d in dirs:
-            if not os.path.isdir(d):
-                raise ConfigError(f"profile directory {d}: not found")
-            for fname in sorted(os.listdir(d)):
-                if fname.endswith(".toml") and fname not in NOT_PROFILES:
-                    p = load_file(os.path.join(d, fname))
-                    profiles[p.name] = p
-        _CACHE[key] = profiles
+        _CACHE[key] = {**builtin(), **_site(dirs)}
     return _CACHE[key]
 
 
 def named(name: str, dirs: list[str] | tuple[str, ...] = ()) -> Profile:
-    profiles = available(dirs)
-    if name not in profiles:
+    """One profile by name: a site directory's, else the shipped file of that name (the other
+    shipped files are not read)."""
+    key = tuple(dirs)
+    if key in _CACHE:
+        found = _CACHE[key].get(name)
+    else:
+        found = _site(dirs).get(name) if dirs else None
+        path = os.path.join(PROFILE_DIR, name + ".toml")
+        if found is None and os.path.basename(path) == name + ".toml" and \
+                name + ".toml" not in NOT_PROFILES and os.path.isfile(path):
+            found = _shipped_file(path)
+            if found.name != name:  # a shipped file named after another profile: ours to fix
+                raise ConfigError(f"profile {name}.toml: holds profile {found.name!r}")
+    if found is None:
+        profiles = available(dirs)
         raise ConfigError(f"unknown profile {name!r} (known: {', '.join(sorted(profiles))})")
-    return profiles[name]
+    return found
 
 
-def detect(models: list[str], count: int, dirs: list[str] | tuple[str, ...] = ()) -> Profile:
-    profiles = available(dirs)
+NVIDIA_PCI_PROFILE = "auto:nvidia-pci"
+
+
+def detect(models: list[str], count: int, dirs: list[str] | tuple[str, ...] = (),
+           pci_gpus: int = 0) -> Profile:
+    """By the first GPU's model, the count breaking ties. `pci_gpus`: NVIDIA GPUs on the PCI
+    bus; when NVML sees none of them, the node is still a GPU node (see the module note)."""
     if count == 0 or not models:
-        return profiles["cpu"]
+        if pci_gpus > 0:
+            return from_dict({"name": NVIDIA_PCI_PROFILE, "gpus": pci_gpus,
+                              "description": "NVIDIA GPUs on the PCI bus that NVML cannot see"},
+                             "detected")
+        return named("cpu", dirs)
+    profiles = available(dirs)
     model = models[0]
     matches = [p for p in profiles.values() if any(m in model for m in p.models)]
     if not matches:
@@ -229,8 +274,13 @@ class ProfileSection:
     by_node: dict[str, str] = field(default_factory=dict)  # node or hostlist -> profile
     by_partition: dict[str, str] = field(default_factory=dict)
     by_feature: dict[str, str] = field(default_factory=dict)
-    gres: bool = True  # compare the GPU count with the node's Slurm GRES (one scontrol call)
-    slurm_timeout: float = 3.0  # for that one call; a slow controller must not fail a node
+    # At registration (standard, deep), compare the GPU count with the node's Slurm GRES (one
+    # scontrol call); a GRES that cannot be read then fails the check. The quick level (periodic
+    # hook, prolog) does not ask Slurm: the GRES does not change within a boot.
+    gres: bool = True
+    # seconds for that call at the quick level (choosing the profile by partition or feature);
+    # registration waits the [slurm] timeout
+    slurm_timeout: float = 3.0
 
     def validate(self) -> None:
         if self.expected_gpus < -1:
@@ -238,30 +288,37 @@ class ProfileSection:
         if not self.slurm_timeout > 0:
             raise ValueError("slurm_timeout: must be > 0")
         try:
-            profiles = available(self.dirs)
+            _site(self.dirs)  # every site file, so a typo in one is found at load
+            for table in ("by_node", "by_partition", "by_feature"):
+                for key, pname in getattr(self, table).items():
+                    _named_or(pname, self.dirs, f"{table}.{key}: ")
+            if self.name:
+                _named_or(self.name, self.dirs, "name: ")
         except ConfigError as exc:
             raise ValueError(str(exc)) from None
-        for table in ("by_node", "by_partition", "by_feature"):
-            for key, pname in getattr(self, table).items():
-                if pname not in profiles:
-                    raise ValueError(f"{table}.{key}: unknown profile {pname!r} "
-                                     f"(known: {', '.join(sorted(profiles))})")
-        if self.name and self.name not in profiles:
-            raise ValueError(f"name: unknown profile {self.name!r} "
-                             f"(known: {', '.join(sorted(profiles))})")
 
     @property
-    def needs_slurm(self) -> bool:
+    def needs_slurm(self) -> bool:  # for choosing the profile (not for the GRES)
         return bool(self.by_partition or self.by_feature)
+
+
+def _named_or(name: str, dirs: list[str], where: str) -> Profile:
+    try:
+        return named(name, dirs)
+    except ConfigError as exc:
+        raise ConfigError(where + str(exc)) from None
 
 
 def match_node(node: str, table: dict[str, str]) -> str:
     if node in table:
         return table[node]
+    exprs = [(expr, pname) for expr, pname in table.items() if any(c in expr for c in "[,")]
+    if not exprs:
+        return ""  # (without hostlist expressions, no need to import the Slurm client)
     from airlock.slurm import expand
 
-    for expr, pname in table.items():
-        if any(c in expr for c in "[,") and node in expand(expr):
+    for expr, pname in exprs:
+        if node in expand(expr):
             return pname
     return ""
 
@@ -296,13 +353,24 @@ def node_facts(ctx) -> Any:
     facts, error = None, ""
     try:
         slurm = Slurm.from_config(ctx.cfg)
-        slurm.timeout = min(slurm.timeout, ctx.cfg.profile.slurm_timeout)
+        if ctx.level == "quick":  # a slow controller must not stall the periodic hook or prolog
+            slurm.timeout = min(slurm.timeout, ctx.cfg.profile.slurm_timeout)
         facts = slurm.node(ctx.node)
     except AirlockError as exc:
         error = str(exc)
     ctx._slurm_facts = facts
     ctx._slurm_facts_error = error
     return facts
+
+
+def node_pci_gpus(ctx) -> list[str]:
+    """The NVIDIA GPUs on this node's PCI bus ([system] sys_root), read once per run."""
+    cached = getattr(ctx, "_pci_gpus", None)
+    if cached is None:
+        from airlock.nvml import pci_gpus
+
+        cached = ctx._pci_gpus = pci_gpus(ctx.cfg.system.sys_root)
+    return cached
 
 
 def for_context(ctx) -> Profile:
@@ -312,4 +380,5 @@ def for_context(ctx) -> Profile:
     if pname:
         return named(pname, section.dirs)
     snap = ctx.snapshot
-    return detect(snap.models, snap.count, section.dirs)
+    pci = len(node_pci_gpus(ctx)) if not snap.count else 0
+    return detect(snap.models, snap.count, section.dirs, pci)

@@ -1,9 +1,24 @@
-"""Wall time and peak RSS of `airlock check --level quick` (simulated 8-GPU node) against
-`python -c pass`, side by side in one run (interleaved), with a check that the quick path never
-imports torch. With --standard, also the whole standard level on this machine (CPU burn-in,
-memtest and all-reduce, each in its own process): wall time, CPU time, and each check's time.
+"""The periodic HealthCheckProgram hook and the prolog's pass path, run exactly as slurmd runs
+them, against `python -c pass` on the same interpreter: wall time and peak RSS, interleaved in
+one run, as ratios. Also which modules the hook imports and what each costs (-X importtime),
+and an assertion that it imports neither torch nor click.
 
-    python bench/bench_quick.py [--runs 7] [--standard]
+As slurmd runs them: an empty environment but SLURMD_NODENAME and AIRLOCK_CONFIG (plus the job
+variables for the prolog), the installed entry point (`airlock-healthcheck`, `airlock-prolog`)
+beside this interpreter, or the same `from airlock.hooks.X import main` call through `python -c`
+when Airlock runs from a source tree (PYTHONPATH set: it is passed on, since that is how those
+processes find Airlock). The node is a simulated 8-GPU H200 node (or the real GPUs with
+--real-nvml), with a proven boot, so the hook takes its periodic path: the quick level.
+
+Goals (issue 11): the hook's and the prolog's wall time at most 2.1x `python -c pass`, peak
+RSS at most 16 MiB. The baseline pays the same interpreter start-up, site and .pth files as the
+hooks do, so the ratio is what Airlock itself adds. --no-site runs all three with `python -S`
+from this checkout's source tree (staged as the installed package lays it out): no .pth file
+of this machine's site-packages on either side, so the figures are Airlock's own against a bare
+interpreter.
+
+    python bench/bench_quick.py [--runs 11] [--no-site] [--real-nvml] [--extra-config FILE]
+                                [--json FILE]
 """
 
 from __future__ import annotations
@@ -11,98 +26,286 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
+import tomllib
 
-from airlock.dev.cluster import healthy_gpus
+NODE = "bench1"
+GOAL_RATIO = 2.1
+GOAL_RSS_MIB = 16.0
+FORBIDDEN = ("torch", "click")  # the rule of the house for the HealthCheckProgram and prolog
+WATCHED = ("jinja2", "requests", "prometheus_client", "hostlist", "pynvml", "subprocess",
+           "argparse", "tempfile", "importlib.resources")
 
-# Runs one command and reports its wall time, CPU time and peak RSS (children only, so the
-# measuring interpreter itself is not counted).
-MEASURE = """
-import json, resource, subprocess, sys, time
+
+def stage_source(repo: str, dest: str) -> str:
+    """An import tree of the checkout at `repo`, laid out as the installed package is (the
+    package-dir map of pyproject.toml: checks/ is airlock.checks, ...), by symlinks; returns the
+    directory to put on PYTHONPATH."""
+    with open(os.path.join(repo, "pyproject.toml"), "rb") as fh:
+        mapping = tomllib.load(fh)["tool"]["setuptools"]["package-dir"]
+    root = os.path.join(dest, "airlock")
+    os.makedirs(root, exist_ok=True)
+    top = os.path.join(repo, mapping["airlock"])
+    for name in os.listdir(top):
+        os.symlink(os.path.join(top, name), os.path.join(root, name))
+    for package, folder in mapping.items():
+        if package != "airlock":
+            link = os.path.join(dest, *package.split("."))
+            if os.path.lexists(link):
+                os.unlink(link)
+            os.symlink(os.path.join(repo, folder), link)
+    return dest
+
+
+def stage_dependencies(dest: str, modules: tuple[str, ...] = ("hostlist", "pynvml")) -> None:
+    """Airlock's single-file dependencies beside the staged tree, for `python -S` (which leaves
+    site-packages off sys.path): what a clean install would hold."""
+    from importlib.util import find_spec
+
+    for name in modules:
+        spec = find_spec(name)
+        if spec is not None and spec.origin and spec.origin.endswith(f"{name}.py"):
+            os.symlink(spec.origin, os.path.join(dest, f"{name}.py"))
+
+
+# Runs one command and reports its wall time and its own peak RSS (wait4). It runs in a bare
+# interpreter of its own because Linux charges a child, at exec, with the peak RSS of the memory
+# it was forked from: spawned from this process, every command would "peak" at this process's
+# size. The bare interpreter (about 8 MiB) is below anything measured here.
+MEASURE = """import os, sys, time
 t = time.perf_counter()
-p = subprocess.run(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+pid = os.posix_spawn(sys.argv[2], sys.argv[2:], os.environ)
+_, status, ru = os.wait4(pid, 0)
 wall = time.perf_counter() - t
-ru = resource.getrusage(resource.RUSAGE_CHILDREN)
-print(json.dumps({"wall": wall, "cpu": ru.ru_utime + ru.ru_stime, "rss_kb": ru.ru_maxrss,
-                  "rc": p.returncode, "stdout": p.stdout.decode()[-20000:],
-                  "stderr": p.stderr.decode()[-20000:]}))
+cpu = ru.ru_utime + ru.ru_stime
+with open(sys.argv[1], "w") as fh:
+    fh.write(f"{wall} {ru.ru_maxrss} {cpu} {os.waitstatus_to_exitcode(status)}")
 """
 
 
-def measure(argv: list[str], env: dict[str, str]) -> dict:
-    out = subprocess.run([sys.executable, "-c", MEASURE, *argv], capture_output=True, text=True,
-                         env=env, check=True)
-    return json.loads(out.stdout)
+def spawn(argv: list[str], env: dict[str, str], out_path: str) -> dict:
+    """Run argv to completion: wall time, CPU time, peak RSS, exit code and output."""
+    figures = out_path + ".figures"
+    actions = [(os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
+               (os.POSIX_SPAWN_OPEN, 1, out_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644),
+               (os.POSIX_SPAWN_DUP2, 1, 2)]
+    pid = os.posix_spawn(sys.executable, [sys.executable, "-I", "-S", "-c", MEASURE, figures,
+                                          *argv], env, file_actions=actions)
+    _, status, _ = os.wait4(pid, 0)
+    with open(out_path, errors="replace") as fh:
+        output = fh.read()
+    try:
+        with open(figures) as fh:
+            wall, rss, cpu, rc = fh.read().split()
+    except (OSError, ValueError):
+        raise SystemExit(f"could not run {argv[0]}: {output[-500:]}") from None
+    return {"wall": float(wall), "rss_kib": int(rss), "rc": int(rc), "cpu": float(cpu),
+            "output": output}
 
 
-def setup(root: str) -> dict[str, str]:
-    sim = os.path.join(root, "sim.json")
-    with open(sim, "w") as fh:
-        json.dump({"nodes": {"bench1": {"gpus": healthy_gpus(8)}}}, fh)
+def hook_argv(hook: str, python: list[str], from_source: bool) -> list[str]:
+    """The installed entry point beside the interpreter, else what it does, through -c."""
+    entry = os.path.join(os.path.dirname(python[0]), f"airlock-{hook}")
+    if not from_source and len(python) == 1 and os.access(entry, os.X_OK):
+        return [entry]
+    return [*python, "-c", f"import sys; from airlock.hooks.{hook} import main; sys.exit(main())"]
+
+
+def with_importtime(argv: list[str]) -> list[str]:
+    if argv[0] == sys.executable:
+        return [argv[0], "-X", "importtime", *argv[1:]]
+    return [sys.executable, "-X", "importtime", argv[0], *argv[1:]]  # an entry-point script
+
+
+def write_setup(root: str, real_nvml: bool, extra: str = "") -> str:
+    """Config (plus `extra` TOML), simulation file and a proven boot for NODE; returns the config
+    path."""
+    from airlock.dev.proof import prove_boot
+    from airlock.nvml import healthy_gpu_dict
+
     conf = os.path.join(root, "airlock.toml")
+    lines = [f'state_dir = "{root}/state"', f'log_dir = "{root}/log"']
+    if not real_nvml:
+        sim = os.path.join(root, "sim.json")
+        gpus = [healthy_gpu_dict(i, model="NVIDIA H200", memory_mib=143771) for i in range(8)]
+        with open(sim, "w") as fh:
+            json.dump({"nodes": {NODE: {"gpus": gpus}}}, fh)
+        lines += ["[nvml]", f'simulate = "{sim}"']
+    if extra:
+        lines.append(extra)
     with open(conf, "w") as fh:
-        fh.write(f'state_dir = "{root}/state"\nlog_dir = "{root}/log"\n'
-                 f'[nvml]\nsimulate = "{sim}"\n')
-    env = dict(os.environ)
-    env["AIRLOCK_CONFIG"] = conf
-    env.pop("AIRLOCK_FAULTS", None)
-    return env
+        fh.write("\n".join(lines) + "\n")
+    prove_boot(conf, NODE)
+    return conf
 
 
-def imported_torch(importtime_log: str) -> bool:
-    """From PYTHONPROFILEIMPORTTIME output: "import time: self | cumulative | module"."""
-    return any(line.split("|")[-1].strip() == "torch"
-               for line in importtime_log.splitlines() if line.startswith("import time:"))
+def importtime(output: str) -> list[tuple[int, int, int, str]]:
+    """(depth, self us, cumulative us, module) from -X importtime's stderr."""
+    rows = []
+    for line in output.splitlines():
+        if not line.startswith("import time:") or "self [us]" in line:
+            continue
+        parts = line[len("import time:"):].split("|")
+        if len(parts) != 3:
+            continue
+        name = parts[2].rstrip()
+        depth = (len(name) - len(name.lstrip())) // 2
+        rows.append((depth, int(parts[0]), int(parts[1]), name.strip()))
+    return rows
 
 
-def airlock_argv(*args: str) -> list[str]:
-    exe = shutil.which("airlock")
-    return ([exe] if exe else [sys.executable, "-m", "airlock.cli"]) + list(args)
+def median_rows(runs: list[list[tuple[int, int, int, str]]]) -> list[tuple[int, int, int, str]]:
+    """Per module, the median self and cumulative time over several -X importtime runs (one run
+    on a shared machine is noise), in the first run's order."""
+    by: dict[str, list[tuple[int, int, int, str]]] = {}
+    for rows in runs:
+        for r in rows:
+            by.setdefault(r[3], []).append(r)
+    return [(r[0], int(statistics.median(x[1] for x in by[r[3]])),
+             int(statistics.median(x[2] for x in by[r[3]])), r[3]) for r in runs[0]]
 
 
-def main() -> None:
-    p = argparse.ArgumentParser()
-    p.add_argument("--runs", type=int, default=7)
-    p.add_argument("--standard", action="store_true")
+def breakdown(rows: list[tuple[int, int, int, str]], baseline: set[str]) -> dict:
+    """Top-level imports beyond the baseline's, by cumulative time, and Airlock's own modules."""
+    extra = [r for r in rows if r[3] not in baseline]
+    top = sorted((r for r in extra if r[0] == 0), key=lambda r: -r[2])
+    own = sorted((r for r in extra if r[3].startswith("airlock")), key=lambda r: -r[1])
+    return {
+        "modules": len(extra),
+        "total_us": sum(r[1] for r in extra),
+        "top_level": [{"module": r[3], "cumulative_us": r[2]} for r in top[:15]],
+        "airlock_self": [{"module": r[3], "self_us": r[1]} for r in own],
+    }
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--runs", type=int, default=11, help="runs of each command (interleaved)")
+    p.add_argument("--real-nvml", action="store_true", help="the GPUs here, not a simulation")
+    p.add_argument("--no-site", action="store_true",
+                   help="python -S on every side, Airlock from this checkout's source tree")
+    p.add_argument("--extra-config", default="", help="TOML appended to the bench's config")
+    p.add_argument("--json", default="", help="also write the figures to this file")
     args = p.parse_args()
-    with tempfile.TemporaryDirectory(prefix="airlock-bench-") as root:
-        env = setup(root)
-        quick = airlock_argv("check", "--level", "quick", "--node", "bench1", "--json")
-        base = [sys.executable, "-c", "pass"]
-        q, b = [], []
+    extra = ""
+    if args.extra_config:
+        with open(args.extra_config) as fh:
+            extra = fh.read()
+    with tempfile.TemporaryDirectory(prefix="airlock-bench-quick-") as root:
+        conf = write_setup(root, args.real_nvml, extra)
+        env = {"SLURMD_NODENAME": NODE, "AIRLOCK_CONFIG": conf}
+        if args.no_site:
+            repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+            env["PYTHONPATH"] = stage_source(repo, os.path.join(root, "src"))
+            stage_dependencies(env["PYTHONPATH"])
+        elif os.environ.get("PYTHONPATH"):
+            env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+        passed = []
+        if args.real_nvml and os.environ.get("LD_LIBRARY_PATH"):
+            # Where libnvidia-ml is found only through it (containers), a node's slurmd would
+            # need it too; recorded, so the figures say so.
+            env["LD_LIBRARY_PATH"] = os.environ["LD_LIBRARY_PATH"]
+            passed.append("LD_LIBRARY_PATH")
+        python = [sys.executable, "-S"] if args.no_site else [sys.executable]
+        job = {"SLURM_JOB_ID": "0", "SLURM_JOB_USER": "bench", "SLURM_CONF": "/dev/null"}
+        commands = {
+            "pass": ([*python, "-c", "pass"], {} if "PYTHONPATH" not in env
+                     else {"PYTHONPATH": env["PYTHONPATH"]}),
+            "hook": (hook_argv("healthcheck", python, bool(env.get("PYTHONPATH"))), env),
+            "prolog": (hook_argv("prolog", python, bool(env.get("PYTHONPATH"))), {**env, **job}),
+        }
+        # slurmd's hooks do not run in a checkout: a `-c` child puts its working directory first
+        # on sys.path, where ./airlock would shadow what is being measured.
+        os.chdir(root)
+        out = os.path.join(root, "out.txt")
+        samples: dict[str, list[dict]] = {k: [] for k in commands}
+        names = list(commands)
         for i in range(args.runs):
-            pair = [(quick, q), (base, b)] if i % 2 else [(base, b), (quick, q)]
-            for argv, sink in pair:
-                sink.append(measure(argv, env))
-        if any(r["rc"] != 0 for r in q):
-            bad = next(r for r in q if r["rc"] != 0)
-            raise SystemExit(f"quick level did not pass: {bad['stdout'][-500:]}")
-        probe = measure(airlock_argv("check", "--level", "quick", "--node", "bench1"),
-                        {**env, "PYTHONPROFILEIMPORTTIME": "1"})
-        torch_seen = imported_torch(probe["stderr"])
-        qw = statistics.median(r["wall"] for r in q)
-        bw = statistics.median(r["wall"] for r in b)
-        qr = statistics.median(r["rss_kb"] for r in q)
-        br = statistics.median(r["rss_kb"] for r in b)
-        print(f"{args.runs} runs each, interleaved, medians")
-        print(f"python -c pass          wall {bw * 1000:7.1f} ms   peak RSS {br / 1024:6.1f} MiB")
-        print(f"airlock check quick     wall {qw * 1000:7.1f} ms   peak RSS {qr / 1024:6.1f} MiB")
-        print(f"ratio quick/pass        wall {qw / bw:7.2f} x    peak RSS {qr / br:6.2f} x")
-        print(f"quick level imported torch: {'YES' if torch_seen else 'no'}")
-        if args.standard:
-            r = measure(airlock_argv("check", "--level", "standard", "--node", "bench1",
-                                     "--json"), env)
-            run = json.loads(r["stdout"])
-            heavy = {c["check"]: c["duration_s"] for c in run["checks"]
-                     if c["check"] in ("burnin", "memtest", "allreduce")}
-            print(f"standard level (CPU)    wall {r['wall']:6.2f} s   CPU {r['cpu']:6.2f} s   "
-                  f"verdict {run['verdict']}   " + ", ".join(f"{k} {v:.2f}s"
-                                                          for k, v in heavy.items()))
+            for name in names[i % 3:] + names[:i % 3]:  # rotate who goes first
+                argv, cenv = commands[name]
+                if name == "prolog":
+                    cenv = {**cenv, "SLURM_JOB_ID": str(1000 + i)}
+                r = spawn(argv, cenv, out)
+                if r["rc"] != 0 or (name != "pass" and "quick pass" not in r["output"]):
+                    print(f"{name} did not take its pass path (exit {r['rc']}):\n{r['output']}",
+                          file=sys.stderr)
+                    return 1
+                samples[name].append(r)
+        rows = {n: median_rows([importtime(spawn(
+            with_importtime(commands[n][0]), {**commands[n][1], "SLURM_JOB_ID": str(900 + k)},
+            out)["output"]) for k in range(3)]) for n in names}
+        base_modules = {r[3] for r in rows["pass"]}
+        med = {n: {"wall_s": statistics.median(r["wall"] for r in s),
+                   "cpu_s": statistics.median(r["cpu"] for r in s),
+                   "rss_mib": statistics.median(r["rss_kib"] for r in s) / 1024,
+                   # on a shared machine contention only ever adds: the fastest run is the
+                   # closest to the command's own cost
+                   "min_wall_s": min(r["wall"] for r in s),
+                   "min_cpu_s": min(r["cpu"] for r in s)}
+               for n, s in samples.items()}
+        report: dict = {"runs": args.runs, "nvml": "real" if args.real_nvml else "simulated",
+                        "python": sys.executable, "site": not args.no_site,
+                        "passed_env": passed,
+                        "hook_argv": commands["hook"][0],
+                        "median": med, "goals": {"wall_ratio": GOAL_RATIO,
+                                                  "rss_mib": GOAL_RSS_MIB}}
+        ok_imports = True
+        for n in ("hook", "prolog"):
+            mods = {r[3] for r in rows[n]}
+            forbidden = sorted(m for m in mods if m.split(".")[0] in FORBIDDEN)
+            ok_imports &= not forbidden
+            report[n] = {
+                "wall_ratio": med[n]["wall_s"] / med["pass"]["wall_s"],
+                "min_wall_ratio": med[n]["min_wall_s"] / med["pass"]["min_wall_s"],
+                "cpu_ratio": med[n]["cpu_s"] / med["pass"]["cpu_s"],
+                "rss_mib": med[n]["rss_mib"],
+                "forbidden_imports": forbidden,
+                "watched_imports": sorted(m for m in WATCHED if m in mods),
+                "imports": breakdown(rows[n], base_modules),
+            }
+            report[n]["goal_met"] = (report[n]["wall_ratio"] <= GOAL_RATIO
+                                     and report[n]["rss_mib"] <= GOAL_RSS_MIB)
+    print_report(report)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(report, fh, indent=1)
+    if not ok_imports:
+        print("FAIL: the hook path imported " + ", ".join(
+            report["hook"]["forbidden_imports"] + report["prolog"]["forbidden_imports"]),
+            file=sys.stderr)
+        return 1
+    return 0
+
+
+def print_report(rep: dict) -> None:
+    med = rep["median"]
+    print(f"{rep['runs']} runs each, interleaved, medians; NVML {rep['nvml']}; "
+          f"{'site' if rep['site'] else 'no site (python -S)'}; "
+          f"hook: {' '.join(rep['hook_argv'])[:80]}")
+    for n, label in (("pass", "python -c pass"), ("hook", "healthcheck (periodic)"),
+                     ("prolog", "prolog (pass path)")):
+        line = (f"{label:24s} wall {med[n]['wall_s'] * 1000:6.1f} ms (min "
+                f"{med[n]['min_wall_s'] * 1000:6.1f})   CPU {med[n]['cpu_s'] * 1000:6.1f} ms   "
+                f"peak RSS {med[n]['rss_mib']:5.1f} MiB")
+        if n != "pass":
+            line += (f"   ratio {rep[n]['wall_ratio']:.2f}x (min {rep[n]['min_wall_ratio']:.2f}x,"
+                     f" CPU {rep[n]['cpu_ratio']:.2f}x)   goal "
+                     f"{'met' if rep[n]['goal_met'] else 'NOT met'} (<= {GOAL_RATIO}x, "
+                     f"<= {GOAL_RSS_MIB:g} MiB)")
+        print(line)
+    for n in ("hook", "prolog"):
+        imp = rep[n]["imports"]
+        print(f"\n{n}: {imp['modules']} modules beyond python -c pass, "
+              f"{imp['total_us'] / 1000:.1f} ms of import (self times, -X importtime); "
+              f"torch/click imported: {', '.join(rep[n]['forbidden_imports']) or 'no'}; "
+              f"of {', '.join(WATCHED)}: {', '.join(rep[n]['watched_imports']) or 'none'}")
+        print("  top-level imports by cumulative time: " + ", ".join(
+            f"{t['module']} {t['cumulative_us'] / 1000:.1f}" for t in imp["top_level"][:10]))
+        print("  Airlock modules by own time: " + ", ".join(
+            f"{t['module']} {t['self_us'] / 1000:.1f}" for t in imp["airlock_self"][:10]))
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

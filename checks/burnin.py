@@ -14,7 +14,12 @@ multiplies the same seeded matrices, per configured dtype, and is judged on four
   float64 reference, and a wrong element is located at (row, column).
 * speed: TFLOPS per device (median over timed chunks, so a moment of contention does not count)
   against the profile floor, against the node's median (a straggler), and, where stored results
-  exist, against the fleet median of nodes with the same profile.
+  exist, against the fleet median of nodes with the same profile. On CPU "devices" (threads that
+  share cores with everything else) a straggler is noise, so it is a WARN and never a drain. The
+  fleet is data from strangers (other nodes' documents in the shared directory): only documents
+  that validate, that root wrote, one per distinct node, count; too few of them and there is no
+  fleet; outliers are dropped by the median absolute deviation before the median is taken; and a
+  node below the fleet fails only if a second measurement, on the node itself, confirms it.
 * errors: an allocation failure or a device that stops making progress (a per-device watchdog,
   far sooner than the check's own timeout) is named as itself.
 
@@ -25,9 +30,9 @@ goes to stderr as `AIRLOCK-PROGRESS burnin {json}` lines, or to a callback.
 
 from __future__ import annotations
 
-import glob
-import json
+import math
 import os
+import re
 import statistics
 import sys
 import threading
@@ -37,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airlock import protocol
-from airlock.checks.base import Outcome, failed, passed
+from airlock.checks.base import Outcome, failed, passed, warned
 from airlock.faults import device_arg
 
 CHECK = "burnin"
@@ -115,10 +120,22 @@ def stragglers(values: dict[str, float], fraction: float) -> tuple[float, list[s
     return med, sorted(slow, key=lambda d: values[d])
 
 
+MAD_CUTOFF = 3.5  # modified z-score beyond which a fleet value is an outlier (Iglewicz-Hoaglin)
+
+
 def fleet_reference(per_node: dict[str, dict[str, float]], dtype: str,
                     min_nodes: int) -> float | None:
-    """Median over other nodes of their median device TFLOPS for dtype; None with too few."""
-    vals = [figs[dtype] for figs in per_node.values() if figs.get(dtype)]
+    """Robust median over other nodes of their median device TFLOPS for dtype: values whose
+    modified z-score (0.6745 |x - median| / MAD) exceeds MAD_CUTOFF are dropped first, so a few
+    forged or broken documents cannot drag it. None with fewer than min_nodes values left."""
+    vals = [v for figs in per_node.values()
+            if isinstance(v := figs.get(dtype), (int, float)) and math.isfinite(v) and v > 0]
+    if len(vals) < max(min_nodes, 1):
+        return None
+    med = statistics.median(vals)
+    mad = statistics.median(abs(v - med) for v in vals)
+    if mad > 0:
+        vals = [v for v in vals if 0.6745 * abs(v - med) / mad <= MAD_CUTOFF]
     if len(vals) < max(min_nodes, 1):
         return None
     return statistics.median(vals)
@@ -126,10 +143,13 @@ def fleet_reference(per_node: dict[str, dict[str, float]], dtype: str,
 
 def verdict_burnin(runs: list[DeviceRun], floors: dict[str, float] | None = None,
                    straggler_fraction: float = 0.85, fleet: dict[str, float] | None = None,
-                   fleet_fraction: float = 0.85) -> Outcome:
+                   fleet_fraction: float = 0.85, straggler_fails: bool = True) -> Outcome:
+    """straggler_fails=False (CPU "devices"): a straggler is a WARN, and the checks after it
+    still run. A failure against the fleet carries figures["fleet_low"] (see check_burnin)."""
     floors = floors or {}
     fleet = fleet or {}
     figures = burnin_figures(runs, floors, fleet)
+    warnings: list[str] = []
     if not runs:
         return failed(CHECK, "no devices ran", **figures)
     for r in runs:
@@ -161,9 +181,13 @@ def verdict_burnin(runs: list[DeviceRun], floors: dict[str, float] | None = None
         if slow:
             d = slow[0]
             others = statistics.median(v for k, v in per_dev.items() if k != d)
-            return failed(CHECK, f"{d} {dtype} straggler {per_dev[d]:.3g} TFLOPS < "
-                          f"{straggler_fraction:g} x the others' median {others:.3g}", "reboot",
-                          **figures)
+            why = (f"{d} {dtype} straggler {per_dev[d]:.3g} TFLOPS < {straggler_fraction:g} x "
+                   f"the others' median {others:.3g}")
+            if straggler_fails:
+                return failed(CHECK, why, "reboot", **figures)
+            warnings.append(why)
+    for dtype in _dtypes(runs):
+        per_dev = {r.device: r.tflops for r in runs if r.dtype == dtype}
         ref = fleet.get(dtype)
         if ref and fleet_fraction:
             low = sorted((d for d, v in per_dev.items() if v < fleet_fraction * ref),
@@ -171,7 +195,11 @@ def verdict_burnin(runs: list[DeviceRun], floors: dict[str, float] | None = None
             if low:
                 d = low[0]
                 return failed(CHECK, f"{d} {dtype} {per_dev[d]:.3g} TFLOPS < "
-                              f"{fleet_fraction:g} x fleet median {ref:.3g}", "reboot", **figures)
+                              f"{fleet_fraction:g} x fleet median {ref:.3g}", "reboot",
+                              fleet_low=[d, dtype], **figures)
+    if warnings:
+        return warned(CHECK, f"{warnings[0]} (CPU devices share cores: a warning, never a "
+                      "drain)", **figures)
     primary = runs[0].dtype
     return passed(CHECK, f"{len({r.device for r in runs})} devices, {primary} min "
                   f"{figures['min_tflops']:.3g} TFLOPS", **figures)
@@ -207,40 +235,73 @@ def _dtypes(runs: list[DeviceRun]) -> list[str]:
 
 # --- the fleet: other nodes' stored results ----------------------------------------------------
 def read_fleet(shared_dir: str, node: str, profile: str, per_node: int = 5,
-               ) -> dict[str, dict[str, float]]:
+               ignored: list[str] | None = None) -> dict[str, dict[str, float]]:
     """{other node: {dtype: its median device TFLOPS}} from the latest passing burn-in with the
-    same profile in `<shared_dir>/<node>/results/*.json` (the layout of airlock/results.py)."""
+    same profile in each other node's `results/` folder (the layout of airlock/results.py:
+    `<shared_dir>/<node>`, or shared_dir with {node} replaced).
+
+    The folders are walked without following links and only documents that root wrote and that
+    validate as a run of that very node count, one node per folder (airlock.paths.SafeDir,
+    airlock.results.run_problem); what was left out, and why, is appended to `ignored`."""
+    from airlock.paths import NODE, SafeDir, split_template, valid_node_name
+    from airlock.results import run_problem
+
+    ignored = ignored if ignored is not None else []
     if not shared_dir:
         return {}
-    pattern = os.path.join(shared_dir.replace("{node}", "*"), "*", "results", "*.json")
-    by_node: dict[str, list[str]] = {}
-    for path in glob.glob(pattern):
-        other = os.path.basename(os.path.dirname(os.path.dirname(path)))
-        if other != node:
-            by_node.setdefault(other, []).append(path)
+    template = shared_dir if NODE in shared_dir else os.path.join(shared_dir, NODE)
+    root, _ = split_template(template, "x")
+    parts = list(os.path.normpath(template).split(os.sep)[len(root.parts):])
+    head, rest = parts[0], parts[1:]
+    pattern = re.compile(re.escape(head).replace(re.escape(NODE), "(?P<node>.+)"))
     out: dict[str, dict[str, float]] = {}
-    for other, paths in by_node.items():
-        for path in sorted(paths, reverse=True)[:per_node]:  # run ids start with a timestamp
-            figs = _burnin_figures_of(path, profile)
-            if figs:
-                out[other] = figs
-                break
+    try:
+        with SafeDir.open(root) as top:
+            names = top.dirs()
+    except OSError:
+        return {}
+    for entry in names:
+        m = pattern.fullmatch(entry)
+        if not m or m.group("node") == node or not valid_node_name(m.group("node")):
+            continue
+        other = m.group("node")
+        rest_parts = [p.replace(NODE, other) for p in rest]
+        try:
+            with SafeDir.open(root, [entry, *rest_parts, "results"]) as folder:
+                files = folder.files(".json")
+                for name in reversed(files[-per_node:]):  # run ids start with a timestamp
+                    try:
+                        run = folder.read_json(name)
+                    except (OSError, ValueError) as exc:
+                        ignored.append(f"{folder.path / name}: {exc}")
+                        continue
+                    why = run_problem(run, other)
+                    if why:
+                        ignored.append(f"{folder.path / name}: {why}")
+                        continue
+                    figs = _burnin_figures_of(run, profile)
+                    if figs:
+                        out[other] = figs
+                        break
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            ignored.append(str(exc))
     return out
 
 
-def _burnin_figures_of(path: str, profile: str) -> dict[str, float] | None:
-    try:
-        with open(path) as fh:
-            run = json.load(fh)
-    except (OSError, ValueError):
-        return None
-    for rec in run.get("checks", []) if isinstance(run, dict) else []:
-        if not isinstance(rec, dict) or rec.get("check") != CHECK:
+def _burnin_figures_of(run: dict[str, Any], profile: str) -> dict[str, float] | None:
+    for rec in run.get("checks", []):
+        if rec.get("check") != CHECK:
             continue
         figs = rec.get("figures") or {}
         if rec.get("verdict") in ("pass", "warn") and figs.get("profile") == profile:
-            med = figs.get("median_tflops") or {}
-            return {k: float(v) for k, v in med.items() if isinstance(v, (int, float))}
+            med = figs.get("median_tflops")
+            if not isinstance(med, dict):
+                return None
+            return {str(k): float(v) for k, v in med.items()
+                    if isinstance(v, (int, float)) and not isinstance(v, bool)
+                    and math.isfinite(v)}
     return None
 
 
@@ -583,6 +644,23 @@ def run_burnin(torch, devices: list[tuple[str, str]], plan: Plan, faults: dict[s
     return runs
 
 
+def confirm_fleet(first: Outcome, remeasure: Callable[[], Outcome]) -> Outcome:
+    """Fleet data alone never drains: a node below the fleet median fails only when a second
+    measurement on the node itself is below it too. If the second one passes, the first is a
+    WARN; if it fails otherwise, that failure stands on its own."""
+    if not first.failed or "fleet_low" not in first.figures:
+        return first
+    again = remeasure()
+    if again.failed:
+        if "fleet_low" in again.figures:
+            return Outcome(again.check, again.verdict, again.detail,
+                           {**again.figures, "fleet_confirmed": True,
+                            "first_tflops": first.figures.get("tflops")}, again.remediation)
+        return again
+    return warned(CHECK, f"{first.detail} once, not on re-measurement",
+                  **{**again.figures, "first_tflops": first.figures.get("tflops")})
+
+
 def check_burnin(ctx, progress: Progress | None = None) -> Outcome:
     import torch
 
@@ -595,16 +673,24 @@ def check_burnin(ctx, progress: Progress | None = None) -> Outcome:
     profile = ctx.profile if on_gpu else sku.named("cpu", ctx.cfg.profile.dirs)
     floors = {k: float(v) for k, v in (profile.get("tflops_floor") or {}).items()}
     fleet: dict[str, float] = {}
+    ignored: list[str] = []
     if on_gpu or cfg.fleet_cpu:
-        others = read_fleet(ctx.cfg.shared_dir, ctx.node, profile.name)
+        others = read_fleet(ctx.cfg.shared_dir, ctx.node, profile.name, ignored=ignored)
         for dtype in plan.dtypes:
             ref = fleet_reference(others, dtype, cfg.fleet_min_nodes)
             if ref:
                 fleet[dtype] = ref
-    runs = run_burnin(torch, devices, plan, ctx.faults, progress or stderr_progress)
     fraction = cfg.straggler_fraction if on_gpu else cfg.cpu_straggler_fraction
-    out = verdict_burnin(runs, floors, fraction, fleet, cfg.fleet_fraction)
+
+    def measure() -> Outcome:
+        runs = run_burnin(torch, devices, plan, ctx.faults, progress or stderr_progress)
+        return verdict_burnin(runs, floors, fraction, fleet, cfg.fleet_fraction,
+                              straggler_fails=on_gpu)
+
+    out = confirm_fleet(measure(), measure)
     out.figures.update(profile=profile.name, size=plan.size, model=devices[0][1],
                        mode=f"{plan.duration:g}s per dtype" if plan.duration
                        else f"{plan.iterations} GEMMs per dtype")
+    if ignored:
+        out.figures["fleet_ignored"] = ignored[:5]
     return out

@@ -76,7 +76,8 @@ def judge(report: dict[str, Any] | None, rc: int, stderr: str, floor_gbps: float
 
 
 def run_member(cfg, node: str, nodes: list[str], master: str, port: int,
-               level: str = "standard", timeout: float | None = None) -> dict[str, Any]:
+               level: str = "standard", timeout: float | None = None,
+               secret_file: str = "") -> dict[str, Any]:
     from airlock.sku import select
 
     timeout = timeout or cfg.ondemand.group_timeout
@@ -94,7 +95,7 @@ def run_member(cfg, node: str, nodes: list[str], master: str, port: int,
     if level == "deep":
         sizes.append(4 * max(sizes))
     argv = dist.worker_argv(master, port, local * len(nodes), idx * local, local,
-                            host_store=idx == 0, node=node,
+                            host_store=idx == 0, node=node, secret_file=secret_file,
                             level="deep" if level == "deep" else "standard", sizes=sizes,
                             timeout=timeout,
                             faults=fault_switches(faults_mod.active(cfg, node)))

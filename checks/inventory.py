@@ -1,11 +1,22 @@
-"""GPU inventory: the count NVML sees against the profile's expectation and the node's Slurm GRES,
-and the model against the profile's models."""
+"""GPU inventory: the count NVML sees against the profile's expectation, the NVIDIA GPUs on the PCI
+bus and, at registration, the node's Slurm GRES; and the model against the profile's models.
+
+The PCI bus is read when NVML sees fewer GPUs than expected, or when the profile came from what
+NVML sees (an auto-detected or the `cpu` profile): a GPU whose driver failed is invisible to NVML
+but still on the bus, and must fail the node rather than shrink its expectation.
+
+The GRES is compared at levels standard and deep only. There it must be readable: a registration
+that cannot tell whether Slurm would hand out GPUs that are not there fails closed ("Slurm GRES
+unreadable"). The quick level (periodic hook, prolog) makes no Slurm call for it: the GRES does
+not change within a boot, and the prolog's pass path stays local.
+"""
 
 from __future__ import annotations
 
 import re
 
 from airlock.checks.base import Outcome, failed, passed
+from airlock.checks.registry import HEAVY
 
 _GRES_ITEM = re.compile(r"^gpu(?::[^:(]+)?:(\d+)")
 
@@ -25,10 +36,15 @@ def gres_gpus(gres: str) -> int | None:
 
 def verdict_gpu_count(found: int, expected: int, profile: str, gres: int | None = None,
                       models: list[str] | None = None,
-                      profile_models: tuple[str, ...] = ()) -> Outcome:
+                      profile_models: tuple[str, ...] = (), pci: int | None = None) -> Outcome:
     figures = {"found": found, "expected": expected}
     if gres is not None:
         figures["gres"] = gres
+    if pci is not None:
+        figures["pci"] = pci
+    if pci is not None and pci > found:
+        return failed("gpu_count", f"NVML sees {found} of {pci} NVIDIA GPUs on the PCI bus",
+                      "reboot", **figures)
     if found != expected:
         return failed("gpu_count", f"{found} GPUs, profile {profile} expects {expected}",
                       "reboot", **figures)
@@ -52,9 +68,18 @@ def check_gpu_count(ctx) -> Outcome:
     override = ctx.cfg.profile.expected_gpus
     profile = ctx.profile
     expected = override if override >= 0 else profile.gpus
+    pci = None
+    if snap.count < expected or expected == 0 or profile.name.startswith("auto:"):
+        pci = len(sku.node_pci_gpus(ctx))
     gres = None
-    if ctx.cfg.profile.gres:
+    if ctx.cfg.profile.gres and ctx.level in HEAVY:
+        if ctx.attempt > 1 and getattr(ctx, "_slurm_facts", False) is None:
+            ctx._slurm_facts = False  # the confirmation asks Slurm again
         facts = sku.node_facts(ctx)
-        gres = gres_gpus(facts.gres) if facts is not None else None
+        if facts is None:
+            why = getattr(ctx, "_slurm_facts_error", "") or "no answer"
+            return failed("gpu_count", f"Slurm GRES unreadable: {why}"[:160], found=snap.count,
+                          expected=expected)
+        gres = gres_gpus(facts.gres)
     return verdict_gpu_count(snap.count, expected, profile.name, gres, snap.models,
-                             profile.models)
+                             profile.models, pci)

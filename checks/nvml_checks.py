@@ -54,14 +54,20 @@ def _gpus_list(indices: Sequence[int]) -> str:
 
 # --- nvml: the gather itself -------------------------------------------------------------------
 def verdict_nvml(snap: Snapshot | None, error: BaseException | None = None,
-                 check: str = "nvml") -> Outcome:
+                 check: str = "nvml", pci_gpus: Sequence[str] = ()) -> Outcome:
+    """`pci_gpus`: the NVIDIA GPUs on the PCI bus. With NVML absent they make this a GPU node
+    whose driver or library is missing, not a CPU node."""
     if error is not None:
         # The reason reads "airlock: FAIL nvml timeout: ..." (not "nvml nvml timeout").
         text = str(error).removeprefix("nvml ") if check == "nvml" else str(error)
         return failed(check, text, "reboot" if isinstance(error, NvmlTimeout) else "")
     assert snap is not None
     if snap.source == "none":
-        return skipped(check, "no NVML on this node")
+        why = snap.note or "NVML not available"
+        if pci_gpus:
+            return failed(check, f"{len(pci_gpus)} NVIDIA GPUs on the PCI bus, but {why}",
+                          "reboot", pci=list(pci_gpus))
+        return skipped(check, f"no NVML on this node ({why})")
     return passed(check, f"{snap.count} GPUs via {snap.source} in {snap.duration_s * 1000:.0f}ms",
                   gpus=snap.count, gather_ms=round(snap.duration_s * 1000, 1))
 
@@ -74,7 +80,9 @@ def check_nvml(ctx) -> Outcome:
     except NvmlError as exc:
         ctx._nvml_reported = True
         return verdict_nvml(None, exc)
-    return verdict_nvml(snap)
+    from airlock.sku import node_pci_gpus
+
+    return verdict_nvml(snap, pci_gpus=node_pci_gpus(ctx) if snap.source == "none" else ())
 
 
 # --- lost GPUs -----------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ that "passes" would claim a health it never looked at.
 from __future__ import annotations
 
 import os
+import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -194,17 +195,27 @@ def parse_mounts(text: str) -> dict[str, set[str]]:
 
 
 def try_write(path: str) -> str:
-    """'' when a file can be created and removed in path, else why not."""
-    probe = os.path.join(path, f".airlock-write-test-{os.getpid()}")
+    """'' when a file can be created and removed in path, else why not.
+
+    The probe's name is random (mkstemp: O_CREAT|O_EXCL, retried on a collision), so a user who
+    pre-creates names on a shared mount cannot make every node fail this check (a predictable
+    `.airlock-write-test-<pid>` could be planted for every pid)."""
     try:
-        fd = os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        fd, probe = tempfile.mkstemp(dir=path, prefix=".airlock-write-test-")
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    try:
         try:
             os.write(fd, b"airlock\n")
         finally:
             os.close(fd)
-        os.unlink(probe)
     except OSError as exc:
         return exc.strerror or str(exc)
+    finally:
+        try:
+            os.unlink(probe)
+        except OSError:
+            pass
     return ""
 
 

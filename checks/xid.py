@@ -3,41 +3,59 @@
 Two sources, merged: the NVML snapshot (events seen while it was taken, and the simulation's)
 and the kernel log, where the driver writes every XID as
     NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus.
-The kernel log is `dmesg` (default) or a file such as /var/log/kern.log, read from its tail only,
-so a huge log cannot slow the quick path. Lines are dated by an ISO timestamp (dmesg
---time-format iso, rsyslog, journalctl -o short-iso), a classic syslog date, or dmesg's
-"[seconds since boot]"; an undated line cannot be placed in the window and is only counted.
+
+A fatal XID drains the node and leads to a reboot, so only the kernel may speak here ([xid]
+kernel_log):
+  "dmesg"    the kernel ring buffer: /dev/kmsg read directly (non-blocking, no process spawned)
+             where it can be opened, else `dmesg --kernel`. Both keep only facility 0 (kern):
+             a record a process writes into /dev/kmsg is forced to another facility by the
+             kernel, so it cannot pass as the driver's.
+  "journal"  `journalctl -k` (this boot): journald's kernel transport, which no process can
+             write to.
+  a path     a syslog file such as /var/log/kern.log, read from its tail only. Any local user can
+             put any text into syslog (`logger`), so only lines whose program tag is `kernel:`
+             right after the date and host count; a line like
+             `Mar 1 10:00:00 gpu07 alice[4242]: NVRM: Xid (PCI:0000:3b:00): 79` is counted
+             as "untagged" and ignored. (`logger -t kernel` can still forge that tag: prefer
+             "dmesg" or "journal" where users can log in.)
+Lines are dated by an ISO timestamp (dmesg --time-format iso, rsyslog, journalctl -o
+short-iso), a classic syslog date, or the kernel's seconds since boot; an undated line cannot be
+placed in the window and is only counted.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import re
-import shutil
-import subprocess
 import time
 import tomllib
 from dataclasses import dataclass
 from datetime import datetime
-from importlib import resources
-from typing import Any
+from typing import Any, NamedTuple
 
 from airlock.checks.base import Outcome, failed, passed, warned
 from airlock.errors import ConfigError
 from airlock.nvml import NvmlError, XidEvent, pci_key
+from airlock.profiles import PROFILE_DIR
 
 ACTIONS = ("fail", "warn", "ignore")
 
 
 @dataclass
 class XidSection:
-    # "dmesg", a file path (e.g. /var/log/kern.log), or "" to read no kernel log
+    # "dmesg" (the kernel ring buffer: /dev/kmsg, else dmesg --kernel), "journal" (journalctl
+    # -k), a syslog file path (e.g. /var/log/kern.log: only `kernel:` lines count), or "" for none
     kernel_log: str = "dmesg"
     kernel_log_max_bytes: int = 4 << 20  # only the tail of a file is read
     policy_file: str = ""  # "" = the built-in xid_policy.toml
-    dmesg_timeout: float = 3.0
+    dmesg_timeout: float = 3.0  # seconds for one dmesg or journalctl call
 
     def validate(self) -> None:
+        if self.kernel_log not in ("", "dmesg", "journal") and \
+                not os.path.isabs(self.kernel_log):
+            raise ValueError(f"kernel_log: must be \"dmesg\", \"journal\", \"\" or an absolute "
+                             f"path, got {self.kernel_log!r}")
         if self.kernel_log_max_bytes <= 0:
             raise ValueError("kernel_log_max_bytes: must be > 0")
         if not self.dmesg_timeout > 0:
@@ -46,8 +64,9 @@ class XidSection:
             load_policies(self.policy_file)
 
 
-@dataclass(frozen=True)
-class XidPolicy:
+class XidPolicy(NamedTuple):
+    # A NamedTuple, not a frozen dataclass: as immutable, and no code generated at import (the
+    # periodic hook imports this module on every run).
     name: str
     fatal: frozenset[int]
     warn: frozenset[int] = frozenset()
@@ -81,10 +100,11 @@ def _xid_set(value: Any, where: str) -> frozenset[int]:
         if isinstance(item, int) and not isinstance(item, bool) and item > 0:
             out.add(item)
             continue
-        m = re.fullmatch(r"\s*(\d+)\s*-\s*(\d+)\s*", item) if isinstance(item, str) else None
-        if not m or int(m.group(1)) > int(m.group(2)):
+        first, dash, last = item.partition("-") if isinstance(item, str) else ("", "", "")
+        first, last = first.strip(), last.strip()
+        if not (dash and first.isdigit() and last.isdigit()) or int(first) > int(last):
             raise ConfigError(f"{where}: bad XID or range {item!r}")
-        out.update(range(int(m.group(1)), int(m.group(2)) + 1))
+        out.update(range(int(first), int(last) + 1))
     return frozenset(out)
 
 
@@ -129,6 +149,7 @@ def parse_policies(text: str, origin: str) -> dict[str, XidPolicy]:
 
 
 _POLICY_CACHE: dict[str, dict[str, XidPolicy]] = {}
+BUILTIN_POLICY = os.path.join(PROFILE_DIR, "xid_policy.toml")
 
 
 def load_policies(path: str = "") -> dict[str, XidPolicy]:
@@ -140,7 +161,10 @@ def load_policies(path: str = "") -> dict[str, XidPolicy]:
             except OSError as exc:
                 raise ConfigError(f"xid policy {path}: {exc.strerror or exc}") from None
         else:
-            text = resources.files("airlock.profiles").joinpath("xid_policy.toml").read_text()
+            # A plain path, not importlib.resources: that import alone (zipfile and all) costs
+            # the periodic hook more than reading the file.
+            with open(BUILTIN_POLICY) as fh:
+                text = fh.read()
         _POLICY_CACHE[path] = parse_policies(text, path or "xid_policy.toml")
     return _POLICY_CACHE[path]
 
@@ -154,11 +178,33 @@ def policy(name: str, path: str = "") -> XidPolicy:
 
 
 # --- the kernel log ----------------------------------------------------------------------------
-_XID = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})"
-                  r"(?:\.\d)?\):\s*(\d+)")
-_ISO = re.compile(r"^(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d)(?:[.,](\d+))?(Z|[+-]\d\d:?\d\d)?")
-_SYSLOG = re.compile(r"^([A-Z][a-z]{2}\s+\d{1,2}\s+\d\d:\d\d:\d\d)\s")
-_MONO = re.compile(r"^\s*(?:<\d+>)?\[\s*(\d+\.\d+)\]")
+class _Pattern:
+    """A regular expression compiled on first use: the periodic hook almost always reads a
+    kernel log without one XID line, and compiling every pattern would cost it more than that."""
+
+    def __init__(self, text: str):
+        self.text = text
+        self.compiled: re.Pattern[str] | None = None
+
+    def __getattr__(self, name: str):  # search, match, ...
+        if self.compiled is None:
+            self.compiled = re.compile(self.text)
+        return getattr(self.compiled, name)
+
+
+_XID_TEXT = (r"NVRM: Xid \((?:PCI:)?([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})"
+             r"(?:\.\d)?\):\s*(\d+)")
+_XID = _Pattern(_XID_TEXT)
+# A syslog line whose program tag is exactly "kernel" (date, host, tag), optionally keeping the
+# kernel's own "[seconds]" stamp, then the driver's text: nothing a user's message can precede.
+_KERNEL_TAGGED_XID = _Pattern(
+    r"^(?:\d{4}-\d\d-\d\d[T ]\S+|[A-Z][a-z]{2}\s+\d{1,2}\s+\d\d:\d\d:\d\d)\s+\S+\s+kernel:\s+"
+    r"(?:\[\s*\d+\.\d+\]\s*)?" + _XID_TEXT)
+_ISO = _Pattern(r"^(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d)(?:[.,](\d+))?(Z|[+-]\d\d:?\d\d)?")
+_SYSLOG = _Pattern(r"^([A-Z][a-z]{2}\s+\d{1,2}\s+\d\d:\d\d:\d\d)\s")
+_MONO = _Pattern(r"^\s*(?:<\d+>)?\[\s*(\d+\.\d+)\]")
+KMSG = "/dev/kmsg"
+_KMSG_RECORD_MAX = 16384  # a read must hold a whole record (the kernel's limit is 8 KiB)
 
 
 def line_time(line: str, now: float, boot: float) -> float | None:
@@ -190,15 +236,30 @@ def line_time(line: str, now: float, boot: float) -> float | None:
     return None
 
 
+class KernelLog(NamedTuple):
+    text: str
+    source: str  # "kmsg", "dmesg", "journal" or the file's path
+    kernel_only: bool  # every line is the kernel's; False (a file): only kernel-tagged lines count
+
+
+class KernelXids(NamedTuple):
+    events: list[XidEvent]
+    undated: int  # XID lines with no usable date
+    untagged: int  # XID lines in a file whose tag is not `kernel:` (ignored: anyone can log)
+
+
 def parse_kernel_log(text: str, now: float, boot: float,
-                     gpu_by_pci: dict[str, int] | None = None
-                     ) -> tuple[list[XidEvent], int]:
-    """XID events in the log text, and how many XID lines carried no usable date."""
+                     gpu_by_pci: dict[str, int] | None = None,
+                     kernel_only: bool = True) -> KernelXids:
+    """XID events in the log text. With kernel_only False (a syslog file), a line counts only
+    when its program tag is `kernel:`."""
     gpu_by_pci = gpu_by_pci or {}
-    events, undated = [], 0
+    events, undated, untagged = [], 0, 0
     for line in text.splitlines():
-        m = _XID.search(line)
+        m = _XID.search(line) if kernel_only else _KERNEL_TAGGED_XID.match(line)
         if not m:
+            if not kernel_only and _XID.search(line):
+                untagged += 1
             continue
         t = line_time(line, now, boot)
         if t is None:
@@ -207,38 +268,108 @@ def parse_kernel_log(text: str, now: float, boot: float,
         events.append(XidEvent(xid=int(m.group(2)), time=t,
                                gpu=gpu_by_pci.get(pci_key(m.group(1)), -1),
                                source=f"kernel:{pci_key(m.group(1))}"))
-    return events, undated
+    return KernelXids(events, undated, untagged)
 
 
-def read_kernel_log(source: str, max_bytes: int, timeout: float) -> str:
-    """The kernel log text; raises OSError with a readable message when it cannot be read."""
-    if source == "dmesg":
-        exe = shutil.which("dmesg") or next(
-            (p for p in ("/usr/bin/dmesg", "/bin/dmesg") if os.access(p, os.X_OK)), None)
-        if exe is None:
-            raise OSError("dmesg not found")
+def read_kmsg(path: str = KMSG, max_reads: int = 1 << 18) -> str:
+    """The kernel's own XID records from the ring buffer, as "[seconds since boot] text" lines.
+
+    Non-blocking: reading stops at the newest record instead of waiting for the next one. Only
+    records that mention an XID are kept (the ring buffer holds megabytes of other text), and
+    only those of facility 0: the kernel files anything a process writes into /dev/kmsg under
+    another facility (LOG_USER unless it names one), so a user-space line cannot pass as the
+    driver's. Records are "prio,seq,usec,flags;text" lines, each followed by " KEY=value"
+    continuation lines; /dev/kmsg returns one per read, a saved copy many. Raises OSError when
+    the device cannot be opened (no /dev/kmsg in a container, dmesg_restrict for non-root)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    lines: list[str] = []
+    rest = b""
+    try:
+        for _ in range(max_reads):
+            try:
+                chunk = os.read(fd, _KMSG_RECORD_MAX)
+            except BlockingIOError:
+                break  # past the newest record
+            except OSError as exc:
+                if exc.errno == errno.EPIPE:
+                    continue  # records were overwritten while we read: go on from the next
+                raise
+            if not chunk:
+                break
+            if not rest and chunk.endswith(b"\n") and b"NVRM: Xid" not in chunk:
+                continue  # the usual record: nothing to parse
+            *records, rest = (rest + chunk).split(b"\n")
+            for record in records:
+                line = _kmsg_line(record)
+                if line:
+                    lines.append(line)
+    finally:
+        os.close(fd)
+    return "\n".join(lines)
+
+
+def _kmsg_line(record: bytes) -> str:
+    if b"NVRM: Xid" not in record or record.startswith(b" "):
+        return ""
+    head, sep, body = record.partition(b";")
+    fields = head.split(b",")
+    try:
+        facility, usec = int(fields[0]) >> 3, int(fields[2])
+    except (IndexError, ValueError):
+        return ""
+    if not sep or facility != 0:
+        return ""
+    return f"[{usec / 1e6:.6f}] {body.decode(errors='replace')}"
+
+
+def _run_reader(argv: list[str], timeout: float) -> str:
+    # Imported here: the usual source (/dev/kmsg) spawns nothing, and subprocess alone is a
+    # visible share of the periodic hook's start-up.
+    import shutil
+    import subprocess
+
+    name = argv[0]
+    exe = shutil.which(name) or next(
+        (p for p in (f"/usr/bin/{name}", f"/bin/{name}") if os.access(p, os.X_OK)), None)
+    if exe is None:
+        raise OSError(f"{name} not found")
+    try:
+        proc = subprocess.run([exe, *argv[1:]], capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL, errors="replace")
+    except subprocess.TimeoutExpired:
+        raise OSError(f"{name} timed out after {timeout:g}s") from None
+    if proc.returncode != 0:
+        why = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+        raise OSError(f"{name}: {why}")
+    return proc.stdout
+
+
+def read_kernel_log(source: str, max_bytes: int, timeout: float) -> KernelLog:
+    """The kernel log; raises OSError with a readable message when it cannot be read."""
+    if source == "dmesg" or source == KMSG:
         try:
-            proc = subprocess.run([exe, "--time-format", "iso", "--nopager"],
-                                  capture_output=True, text=True, timeout=timeout,
-                                  stdin=subprocess.DEVNULL, errors="replace")
-        except subprocess.TimeoutExpired:
-            raise OSError(f"dmesg timed out after {timeout:g}s") from None
-        if proc.returncode != 0:
-            why = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
-            raise OSError(f"dmesg: {why}")
-        return proc.stdout
+            return KernelLog(read_kmsg(), "kmsg", True)
+        except OSError as exc:
+            if source == KMSG:
+                raise OSError(f"{KMSG}: {exc.strerror or exc}") from None
+        # --kernel: facility kern only, for the same reason as in read_kmsg
+        return KernelLog(_run_reader(["dmesg", "--kernel", "--time-format", "iso", "--nopager"],
+                                     timeout), "dmesg", True)
+    if source == "journal":
+        # -k selects journald's kernel transport (and this boot): no process can log into it
+        return KernelLog(_run_reader(["journalctl", "-k", "-o", "short-iso", "--no-pager", "-q"],
+                                     timeout), "journal", True)
     with open(source, "rb") as fh:
         size = fh.seek(0, os.SEEK_END)
         fh.seek(max(0, size - max_bytes))
         data = fh.read()
     if size > max_bytes:
         data = data.split(b"\n", 1)[-1]  # drop the partial first line
-    return data.decode(errors="replace")
+    return KernelLog(data.decode(errors="replace"), source, False)
 
 
 # --- the verdict -------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class XidGroup:
+class XidGroup(NamedTuple):
     xid: int
     gpu: str  # "gpu3", or the PCI address when no GPU index is known
     first: float
@@ -333,14 +464,20 @@ def check_xid(ctx) -> Outcome:
         pass  # NVML is down (its own check says so); the kernel log still tells what happened
     pol = policy(pname, section.policy_file)
     now, boot = time.time(), boot_time()
-    undated, error = 0, ""
+    undated, untagged, error, source = 0, 0, "", ""
     if section.kernel_log:
         try:
-            text = read_kernel_log(section.kernel_log, section.kernel_log_max_bytes,
-                                   section.dmesg_timeout)
-            found, undated = parse_kernel_log(text, now, boot, gpu_by_pci)
-            events.extend(found)
+            log = read_kernel_log(section.kernel_log, section.kernel_log_max_bytes,
+                                  section.dmesg_timeout)
+            found = parse_kernel_log(log.text, now, boot, gpu_by_pci, log.kernel_only)
+            events.extend(found.events)
+            undated, untagged, source = found.undated, found.untagged, log.source
         except OSError as exc:
             error = str(exc) if not getattr(exc, "strerror", None) else \
                 f"{section.kernel_log}: {exc.strerror}"
-    return verdict_xid(events, pol, now, boot, undated, error)
+    out = verdict_xid(events, pol, now, boot, undated, error)
+    if source:
+        out.figures["kernel_log"] = source
+    if untagged:
+        out.figures["not_kernel"] = untagged  # XID text logged by something other than the kernel
+    return out

@@ -27,7 +27,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from airlock import tomlw
+import tomli_w
+
 from airlock.slurm import Node, Slurm, expand
 
 MARKER = "AIRLOCK_DEVCLUSTER"
@@ -252,7 +253,7 @@ class DevCluster:
                 base[key] = {**base[key], **value}
             else:
                 base[key] = value
-        self.airlock_conf.write_text(tomlw.document(base))
+        self.airlock_conf.write_text(tomli_w.dumps(base))
 
     # --- the simulated hardware ----------------------------------------------------------------
     def read_sim(self) -> dict[str, Any]:

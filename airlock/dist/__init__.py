@@ -6,9 +6,11 @@ Process model
 -------------
 One launcher per node forks one process per local rank (local rank i uses cuda:i with NCCL;
 without GPUs, N ranks share the CPU with gloo). Global rank = rank_offset + local rank, in a
-world of world_size. The rendezvous is a TCPStore at master_addr:master_port hosted by the
-launcher started with host_store (normally the one with rank offset 0), not by a rank: it
-outlives a crashed rank, and on a hang the launcher reads how far each rank got.
+world of world_size. The rendezvous (airlock.dist.rendezvous) is hosted by a launcher, not by a
+rank, so it outlives a crashed rank and on a hang the launcher reads how far each rank got: for
+one node a FileStore in a fresh 0700 directory (nothing on the network); for several, a TCPStore
+on the host launcher's loopback behind a relay on master_addr:master_port that admits only
+members proving the run's secret (--secret-file, root-only, 0600).
 
 Ranks are forked, not spawned: they inherit the imported torch (importing it costs seconds per
 process on a small node). The launcher never initialises CUDA before forking (device counts come
@@ -28,13 +30,15 @@ Each rank reports its loop time and, per iteration, the time it spent outside th
 CLI (one line of JSON on stdout, prefixed `AIRLOCK-DIST `; exit 0 done, 1 error, 3 timeout):
 
   python -m airlock.dist worker --master-addr A --master-port P --world-size W
-      --rank-offset R --local-ranks N [--host-store] [--node NAME] [--backend auto|nccl|gloo]
+      --rank-offset R --local-ranks N [--host-store] [--secret-file PATH] [--node NAME]
+      [--backend auto|nccl|gloo]
       [--sizes BYTES,BYTES,...] [--iters K] [--warmup K] [--dtype fp32|bf16|fp16]
       [--timeout SECONDS] [--level standard|deep] [--faults SPEC]
 
 Modules: pattern (the exact-sum maths), params (what a sweep is asked to do), rank (one rank),
-launcher (fork, process group, watchdog), report (combining node reports), remote (launching a
-worker elsewhere and reading its answer), __main__ (the CLI).
+launcher (fork, process group, watchdog), rendezvous (stores and the secret-checking relay),
+report (combining node reports), remote (launching a worker elsewhere and reading its answer),
+__main__ (the CLI).
 """
 
 from airlock.dist.launcher import launch, local_gpu_count, resolve_backend, run_local

@@ -4,17 +4,16 @@
 from __future__ import annotations
 
 import argparse
-import socket
 import sys
 from typing import Any
 
 from airlock import config as config_mod
 from airlock import faults as faults_mod
-from airlock import paths
-from airlock import protocol
+from airlock import paths, protocol
 from airlock.dist.launcher import launch, local_gpu_count
 from airlock.dist.params import EXIT_ERROR, EXIT_OK, EXIT_TIMEOUT, params_for, parse_sizes
 from airlock.dist.pattern import EXACT
+from airlock.dist.rendezvous import secret_from
 from airlock.errors import AirlockError
 
 
@@ -29,6 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     w.add_argument("--local-ranks", type=int, default=0, help="0 = GPUs here, else [allreduce] "
                    "cpu_ranks")
     w.add_argument("--host-store", action="store_true", help="host the rendezvous store here")
+    w.add_argument("--secret-file", default="", help="the run's secret (root-only, 0600); "
+                   "needed by every member of a multi-node group (else $AIRLOCK_DIST_SECRET)")
     w.add_argument("--node", default="", help="node name (labels, per-node simulated faults)")
     w.add_argument("--backend", default=None, choices=("auto", "nccl", "gloo"))
     w.add_argument("--sizes", default=None, help="message sizes, e.g. 64K,1M,256M")
@@ -70,8 +71,9 @@ def _worker(args) -> dict[str, Any]:
         faults = faults_mod.parse(args.faults)
     else:
         faults = faults_mod.active(cfg, node) if cfg is not None else faults_mod.active()
+    secret = secret_from(args.secret_file)
     return launch(args.master_addr, args.master_port, args.world_size, args.rank_offset, local,
-                  params, faults, host_store=args.host_store, node=node)
+                  params, faults, host_store=args.host_store, node=node, secret=secret)
 
 
 if __name__ == "__main__":

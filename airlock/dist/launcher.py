@@ -1,6 +1,8 @@
 """The per-node launcher: fork one process per local rank into a process group of its own,
-host the rendezvous store when asked, collect every rank's report, and on a hard timeout kill the
-whole group, read how far each rank got, and check that nothing is left (see airlock.dist)."""
+set up the rendezvous (airlock.dist.rendezvous: a FileStore for one node; for several, the store
+on loopback behind a relay that checks the run's secret), collect every rank's report, and on a
+hard timeout kill the whole group, read how far each rank got, and check that nothing is left
+(see airlock.dist)."""
 
 from __future__ import annotations
 
@@ -9,11 +11,11 @@ import json
 import os
 import selectors
 import signal
-import socket
 import time
 from typing import Any
 
 from airlock import paths
+from airlock.dist import rendezvous
 from airlock.dist.params import EXIT_ERROR, EXIT_OK, KEY, SweepParams
 from airlock.dist.rank import run_rank
 
@@ -42,7 +44,7 @@ def _die_with_parent(parent: int) -> None:
         os._exit(EXIT_ERROR)
 
 
-def _child(rank: int, local_rank: int, world_size: int, addr: str, params: SweepParams,
+def _child(rank: int, local_rank: int, world_size: int, params: SweepParams,
            backend: str, faults: dict[str, str], node: str, go_fd: int, out_fd: int,
            parent: int) -> None:
     code = EXIT_ERROR
@@ -53,9 +55,9 @@ def _child(rank: int, local_rank: int, world_size: int, addr: str, params: Sweep
         signal.alarm(int(params.timeout) + 30)  # default action kills, even inside a C call
         with os.fdopen(go_fd, "r") as fh:
             line = fh.readline().strip()
-        if not line.isdigit():
-            raise RuntimeError("launcher gave no port")
-        report = run_rank(rank, local_rank, world_size, addr, int(line), params, backend,
+        if not line:
+            raise RuntimeError("launcher gave no rendezvous")
+        report = run_rank(rank, local_rank, world_size, json.loads(line), params, backend,
                           faults, node)
         payload, code = report, EXIT_OK
     except BaseException as exc:  # reported to the launcher
@@ -71,17 +73,22 @@ def _child(rank: int, local_rank: int, world_size: int, addr: str, params: Sweep
 
 def launch(master_addr: str, master_port: int, world_size: int, rank_offset: int,
            local_ranks: int, params: SweepParams, faults: dict[str, str] | None = None,
-           host_store: bool = False, node: str = "") -> dict[str, Any]:
-    """Run this node's ranks; return the node report (JSON-able). master_port 0 with host_store
-    picks a free port (single-node runs)."""
+           host_store: bool = False, node: str = "", secret: bytes | None = None
+           ) -> dict[str, Any]:
+    """Run this node's ranks; return the node report (JSON-able).
+
+    Every rank here (world_size == local_ranks): a FileStore, no network at all (master_addr
+    and master_port are not used). Several nodes: the host_store launcher serves the store
+    through a relay on master_addr:master_port (its own cluster address), the others reach it
+    there; both need the run's secret."""
     params.validate()
     if local_ranks <= 0 or world_size <= 0 or not 0 <= rank_offset <= world_size - local_ranks:
         raise ValueError(f"bad ranks: offset {rank_offset} + {local_ranks} local in a world "
                          f"of {world_size}")
-    from datetime import timedelta
-
-    import torch.distributed as dist
-
+    alone = world_size == local_ranks
+    if not alone and secret is None:
+        raise rendezvous.RendezvousError("a multi-node group needs the run's secret "
+                                         f"(--secret-file or ${rendezvous.SECRET_ENV})")
     faults = dict(faults or {})
     node = node or paths.local_node_name()
     backend = resolve_backend(params.backend, local_ranks)
@@ -104,8 +111,8 @@ def launch(master_addr: str, master_port: int, world_size: int, rank_offset: int
                     _close(fd)
             _close(r_out)
             _close(w_go)
-            _child(rank_offset + lr, lr, world_size, master_addr, params, backend, faults,
-                   node, r_go, w_out, parent)
+            _child(rank_offset + lr, lr, world_size, params, backend, faults, node, r_go,
+                   w_out, parent)
         pgid = pgid or pid
         try:
             os.setpgid(pid, pgid)  # also here: whichever of parent and child runs first
@@ -115,21 +122,30 @@ def launch(master_addr: str, master_port: int, world_size: int, rank_offset: int
         _close(r_go)
         children.append({"pid": pid, "rank": rank_offset + lr, "out": r_out, "go": w_go,
                          "buf": b""})
-    store = None
+    rv: rendezvous.Rendezvous | None = None
     report: dict[str, Any] = {"node": node, "rank_offset": rank_offset,
                               "local_ranks": local_ranks, "world_size": world_size,
                               "backend": backend, "timeout": params.timeout, "ranks": [],
                               "errors": {}, "timed_out": False, "progress": {}, "leftover": []}
     try:
-        port = master_port
-        if host_store:
-            store = dist.TCPStore(master_addr, master_port, world_size, True,
-                                  timeout=timedelta(seconds=params.timeout),
-                                  wait_for_workers=False)
-            port = store.port
+        try:
+            if alone:
+                rv = rendezvous.local(world_size, params.timeout)
+            elif host_store:
+                rv = rendezvous.host(master_addr, master_port, world_size, params.timeout,
+                                     secret)
+            else:
+                rv = rendezvous.member(master_addr, master_port, params.timeout, secret)
+        except (OSError, rendezvous.RendezvousError) as exc:
+            # No rank may start without a safe rendezvous: every one of ours is an error.
+            why = f"rendezvous: {exc}"[:200]
+            report["errors"] = {str(c["rank"]): why for c in children}
+            return report
+        spec = (json.dumps(rv.spec) + "\n").encode()
         for c in children:
-            _write_all(c["go"], f"{port}\n".encode())
+            _write_all(c["go"], spec)
             _close(c["go"])
+            c["go"] = -1
         finished = _collect(children, deadline)
         for c in children:
             text = c["buf"].decode(errors="replace").strip()
@@ -145,17 +161,22 @@ def launch(master_addr: str, master_port: int, world_size: int, rank_offset: int
                 report["errors"][str(c["rank"])] = "died without a report"
         if not finished:
             report["timed_out"] = True
-            report["progress"] = _progress(store, master_addr, port, world_size, children,
-                                           host_store)
-        elif store is not None and not report["errors"]:
-            _wait_done(store, world_size, deadline)  # remote ranks may still be leaving
+            report["progress"] = _progress(rv, world_size, children, host_store or alone)
+        elif rv.store is not None and not report["errors"]:
+            _wait_done(rv.store, world_size, deadline)  # remote ranks may still be leaving
     finally:
+        for c in children:
+            if c["go"] >= 0:  # a rank still waiting for its rendezvous gets EOF
+                _close(c["go"])
+                c["go"] = -1
         report["leftover"] = _kill_and_reap(children, pgid)
         for c in children:
             _close(c["out"])
-        if store is not None:
-            del store
-    report["seconds"] = round(time.monotonic() - started, 3)
+        if rv is not None:
+            if rv.refused:
+                report["refused"] = rv.refused  # connections without the secret, turned away
+            rv.close()
+        report["seconds"] = round(time.monotonic() - started, 3)
     return report
 
 
@@ -197,18 +218,13 @@ def _collect(children: list[dict[str, Any]], deadline: float) -> bool:
     return True
 
 
-def _progress(store, addr: str, port: int, world_size: int, children: list[dict[str, Any]],
-              host_store: bool) -> dict[str, list]:
+def _progress(rv: rendezvous.Rendezvous, world_size: int, children: list[dict[str, Any]],
+              whole: bool) -> dict[str, list]:
     """{rank: [step, label]} for the ranks this launcher can speak for (all, when it hosts the
     store); a rank that never connected is [-1, "not started"]."""
-    from datetime import timedelta
-
-    import torch.distributed as dist
-
     try:
-        if store is None:
-            store = dist.TCPStore(addr, port, world_size, False, timeout=timedelta(seconds=3))
-        ranks = range(world_size) if host_store else [c["rank"] for c in children]
+        store = rv.client(world_size, 3.0)
+        ranks = range(world_size) if whole else [c["rank"] for c in children]
         out: dict[str, list] = {}
         for r in ranks:
             key = f"{KEY}p/{r}"
@@ -266,6 +282,5 @@ def _kill_and_reap(children: list[dict[str, Any]], pgid: int) -> list[int]:
 
 def run_local(ranks: int, params: SweepParams, faults: dict[str, str] | None = None,
               node: str = "") -> dict[str, Any]:
-    """The single-node case: every rank here, rendezvous on 127.0.0.1 at a free port."""
+    """The single-node case: every rank here, a FileStore, nothing on the network."""
     return launch("127.0.0.1", 0, ranks, 0, ranks, params, faults, host_store=True, node=node)
-

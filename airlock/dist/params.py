@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from airlock.dist.pattern import EXACT
+from airlock.errors import ConfigError
 
 KEY = "airlock/"  # the rendezvous store's keys for progress and completion
 EXIT_OK, EXIT_ERROR, EXIT_TIMEOUT = 0, 1, 3
@@ -34,7 +35,6 @@ class SweepParams:
             raise ValueError("timeout: must be > 0")
 
 
-
 def params_for(section, on_gpu: bool, level: str) -> SweepParams:
     """The sweep for this node from an [allreduce] section: GPU sizes and iterations, or the
     small CPU ones; level deep runs more iterations."""
@@ -56,7 +56,7 @@ def parse_sizes(text: str) -> list[int]:
             if item.endswith(suffix):
                 item, mult = item[:-1], m
         if not item.isdigit():
-            raise ValueError(f"--sizes: {text!r} is not a list of sizes like 64K,1M,1G")
+            raise ConfigError(f"--sizes: {text!r} is not a list of sizes like 64K,1M,1G")
         out.append(int(item) * mult)
     return out
 

@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from airlock import faults as faults_mod
+from airlock.dist import rendezvous
 from airlock.dist.params import KEY, SweepParams
 from airlock.dist.pattern import (
     ELEMENT,
@@ -32,10 +33,11 @@ def _sync(torch, device) -> None:
         torch.cuda.synchronize(device)
 
 
-def run_rank(rank: int, local_rank: int, world_size: int, addr: str, port: int,
+def run_rank(rank: int, local_rank: int, world_size: int, spec: dict[str, Any],
              params: SweepParams, backend: str, faults: dict[str, str], node: str
              ) -> dict[str, Any]:
-    """One rank's whole sweep. Returns its report (see combine for the fields)."""
+    """One rank's whole sweep, meeting the others through the launcher's rendezvous spec.
+    Returns its report (see combine for the fields)."""
     from datetime import timedelta
 
     import torch
@@ -43,7 +45,8 @@ def run_rank(rank: int, local_rank: int, world_size: int, addr: str, port: int,
 
     torch.set_num_threads(1)  # ranks share the cores; gloo has threads of its own
     timeout = timedelta(seconds=params.timeout)
-    store = dist.TCPStore(addr, port, world_size, False, timeout=timeout)
+    rendezvous.bind_collectives(spec)
+    store = rendezvous.connect(spec, world_size, params.timeout)
 
     def progress(step: int, label: str) -> None:
         store.set(f"{KEY}p/{rank}", f"{step}|{label}")

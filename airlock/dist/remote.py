@@ -11,9 +11,11 @@ from airlock import protocol
 
 def worker_argv(master_addr: str, master_port: int, world_size: int, rank_offset: int,
                 local_ranks: int = 0, host_store: bool = False, node: str = "",
-                level: str = "standard", python: str = "", **options: Any) -> list[str]:
+                level: str = "standard", python: str = "", secret_file: str = "",
+                **options: Any) -> list[str]:
     """The command line of one node's launcher; options: sizes (list of bytes), iters, warmup,
-    dtype, timeout, backend, faults (a switch string; "" = none, omitted = the node's own)."""
+    dtype, timeout, backend, faults (a switch string; "" = none, omitted = the node's own).
+    secret_file names the run's secret (a path, never the secret: argv is world-readable)."""
     argv = [python or sys.executable, "-m", "airlock.dist", "worker",
             "--master-addr", master_addr, "--master-port", str(master_port),
             "--world-size", str(world_size), "--rank-offset", str(rank_offset),
@@ -22,6 +24,8 @@ def worker_argv(master_addr: str, master_port: int, world_size: int, rank_offset
         argv.append("--host-store")
     if node:
         argv += ["--node", node]
+    if secret_file:
+        argv += ["--secret-file", secret_file]
     for key, value in options.items():
         if value is None:
             continue
@@ -29,7 +33,6 @@ def worker_argv(master_addr: str, master_port: int, world_size: int, rank_offset
             value = ",".join(str(int(v)) for v in value)
         argv += [f"--{key}", str(value)]
     return argv
-
 
 
 def parse_report(stdout: str) -> dict[str, Any] | None:

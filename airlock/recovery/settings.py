@@ -6,6 +6,7 @@ Provider names use hyphens (`provider = "aws-hyperpod"`), their sub-tables under
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass, field
 from urllib.parse import urlparse
 
@@ -16,7 +17,7 @@ REBOOT_VIA = ("slurm", "provider")
 @dataclass
 class HttpSettings:
     url: str = ""  # base URL of the REST service, see docs/recovery-http.md
-    token_file: str = ""  # bearer token read from this file (first line) ...
+    token_file: str = ""  # bearer token read from this file (first line; root-owned, 0600) ...
     token_env: str = ""  # ... or from this environment variable; never logged
     verify: bool = True  # TLS certificate verification
     ca_bundle: str = ""  # a CA file for a private PKI ("" = the system's)
@@ -24,6 +25,9 @@ class HttpSettings:
     retries: int = 4  # extra attempts after a 429, 5xx, timeout or connection error
     backoff: float = 1.0  # first wait, doubled per retry
     backoff_max: float = 30.0  # cap on one wait (Retry-After included)
+    # Accept http:// to another host, verify = false and a token file others may read (each
+    # one is a WARN in `airlock doctor`); for a lab, never for production.
+    allow_insecure: bool = False
 
     def validate(self) -> None:
         if self.url:
@@ -34,6 +38,31 @@ class HttpSettings:
             raise ValueError("http: timeout must be > 0; retries, backoff, backoff_max >= 0")
         if self.token_file and self.token_env:
             raise ValueError("http: set token_file or token_env, not both")
+        if not self.allow_insecure:
+            for problem in self.insecure_transport():
+                raise ValueError(f"http.{problem}; or set allow_insecure = true")
+
+    def insecure_transport(self) -> list[str]:
+        """What in the URL and TLS settings lets a network attacker read or replace the
+        requests (and the bearer token they carry); [] when nothing does."""
+        out = []
+        u = urlparse(self.url)
+        if u.scheme == "http" and not _loopback(u.hostname or ""):
+            out.append(f"url: http:// to {u.hostname} sends the token and the node names in "
+                       "clear text; use https://")
+        if not self.verify:
+            out.append("verify = false: any server can pose as the recovery API; use ca_bundle "
+                       "for a private CA")
+        return out
+
+
+def _loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 @dataclass

@@ -21,6 +21,7 @@ pytestmark = pytest.mark.cluster
 def recovery_config(tmp_path, cloud: FakeCloud, level: str = "quick", **over) -> dict:
     token = tmp_path / "token"
     token.write_text(cloud.token + "\n")
+    token.chmod(0o600)  # the provider refuses a token file others can read
     rec = {
         "provider": "http",
         "db": str(tmp_path / "recovery.db"),

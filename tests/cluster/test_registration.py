@@ -59,7 +59,11 @@ def test_new_node_takes_no_job_before_its_checks_pass(cluster_factory):
 
     cfg = config_mod.load(c.airlock_conf)
     run = json.loads((NodeState(cfg, "node2").path.parent / "latest-standard.json").read_text())
-    assert run["verdict"] == "pass" and run["trigger"] == "new"
+    # On this loaded 2-core host a CPU burn-in thread can straggle: a WARN, never a drain
+    # (issue 9); anything else must pass.
+    warned = [r for r in run["checks"] if r["verdict"] == "warn"]
+    assert run["verdict"] in ("pass", "warn") and run["trigger"] == "new"
+    assert all(r["check"] == "burnin" and "straggler" in r["detail"] for r in warned), warned
     assert {r["check"] for r in run["checks"]} >= {"gpu_count", "burnin"}
     for j in jobs:  # Slurm's own record: no job started before the suite finished
         start = time.mktime(time.strptime(c.job(j)["StartTime"], "%Y-%m-%dT%H:%M:%S"))

@@ -61,7 +61,7 @@ def test_worker_argv_and_parse_report():
 
 def test_sizes_and_bus_factor():
     assert dist.parse_sizes("64K, 1M,1G,512") == [65536, 1 << 20, 1 << 30, 512]
-    with pytest.raises(ValueError, match="not a list of sizes"):
+    with pytest.raises(ConfigError, match="not a list of sizes"):
         dist.parse_sizes("big")
     assert dist.bus_factor(8) == 1.75 and dist.bus_factor(2) == 1.0
     assert dist.human_bytes(1 << 30) == "1G" and dist.human_bytes(1000) == "1000B"
@@ -277,12 +277,21 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_two_launchers_join_one_world_and_name_the_remote_culprit():
+def secret_file(folder, name: str = "secret", value: str = "s" * 64) -> str:
+    path = folder / name
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.write(fd, value.encode())
+    os.close(fd)
+    return str(path)
+
+
+def test_two_launchers_join_one_world_and_name_the_remote_culprit(tmp_path):
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("AIRLOCK_CONFIG", "AIRLOCK_FAULTS")}
     env["AIRLOCK_CONFIG"] = "/nonexistent/airlock.toml"  # defaults; faults from --faults only
     common = {"master_addr": "127.0.0.1", "master_port": port, "world_size": 4,
-              "local_ranks": 2, "sizes": [64 << 10, 256 << 10], "iters": 3, "timeout": 60}
+              "local_ranks": 2, "sizes": [64 << 10, 256 << 10], "iters": 3, "timeout": 60,
+              "secret_file": secret_file(tmp_path)}
     a = subprocess.Popen(dist.worker_argv(rank_offset=0, host_store=True, node="a", faults="",
                                           **common), stdout=subprocess.PIPE, text=True, env=env)
     b = subprocess.Popen(dist.worker_argv(rank_offset=2, node="b", faults="allreduce_corrupt=1",

@@ -134,7 +134,9 @@ def make_ctx(tmp_path, fault: str = "", level: str = "standard", **burnin_cfg) -
 def test_check_burnin_cpu_healthy(tmp_path):
     seen = []
     out = burnin.check_burnin(make_ctx(tmp_path), progress=seen.append)
-    assert out.verdict.value == "pass", out.detail
+    # A loaded machine can make one CPU thread look slow: that is a warning, nothing else is.
+    assert out.verdict.value == "pass" or (
+        out.verdict.value == "warn" and "straggler" in out.detail), out.detail
     figs = out.figures
     assert figs["devices"] == ["cpu0", "cpu1"] and figs["profile"] == "cpu"
     assert set(figs["tflops"]) == {"fp32", "bf16"} and figs["min_tflops"] > 0
@@ -153,9 +155,35 @@ def test_check_burnin_faults_named(tmp_path, fault, expect):
 
 def test_gemm_slow_is_a_straggler(tmp_path):
     out = burnin.check_burnin(make_ctx(tmp_path, "gemm_slow=1:0.1"))
-    # named as a straggler, or, on a busy machine, already below the CPU profile's floor
-    assert out.failed and out.detail.startswith("cpu1 fp32 "), out.detail
-    assert "straggler" in out.detail or "< floor" in out.detail, out.detail
+    # On CPU "devices" (threads sharing cores) a straggler is named but only warns; on a busy
+    # machine the slowed device may already be below the CPU profile's floor, which fails.
+    assert out.detail.startswith("cpu1 fp32 "), out.detail
+    if out.failed:
+        assert "< floor" in out.detail, out.detail
+    else:
+        assert out.verdict.value == "warn" and "straggler" in out.detail, out.detail
+        assert out.detail.endswith("(CPU devices share cores: a warning, never a drain)")
+
+
+def test_gpu_straggler_still_fails_cpu_straggler_warns():
+    runs = [run("cuda:0", tflops=1.0), run("cuda:1", tflops=2.0), run("cuda:2", tflops=2.0)]
+    gpu = verdict_burnin(runs, {"fp32": 0.1}, straggler_fraction=0.85)
+    assert gpu.failed and "straggler" in gpu.detail and gpu.remediation == "reboot"
+    cpu = verdict_burnin(runs, {"fp32": 0.1}, straggler_fraction=0.85, straggler_fails=False)
+    assert cpu.verdict.value == "warn" and "straggler" in cpu.detail
+    # a warning does not hide a real fault found after it
+    bad = [*runs[:2], run("cuda:2", tflops=2.0, mismatches=1, first_mismatch=(0, 0))]
+    assert verdict_burnin(bad, {"fp32": 0.1}, 0.85, straggler_fails=False).failed
+
+
+def test_repeated_healthy_cpu_burnins_never_fail(tmp_path):
+    """Back to back on this machine as it is (2 shared cores, other tests running): the CPU
+    burn-in of a healthy node must never FAIL (issue 9: no false drains)."""
+    seen = []
+    for i in range(5):
+        out = burnin.check_burnin(make_ctx(tmp_path / str(i)))
+        seen.append((out.verdict.value, out.detail))
+    assert all(v != "fail" for v, _ in seen), seen
 
 
 def test_single_device_corruption_caught_by_golden_checksum(tmp_path):
@@ -169,7 +197,20 @@ def test_fleet_median_applies_when_enabled(tmp_path):
     for node in ("a", "b"):  # a fleet of CPU nodes a thousand times faster than this one
         _store_run(ctx.cfg, node, "cpu", "pass", 1000.0, f"20260101T000000-1-{node}", "fp32")
     out = burnin.check_burnin(ctx)
+    # Deterministic: a CPU straggler only warns, so the fleet verdict is always reached, and it
+    # fails only after a second measurement on this node confirmed it.
     assert out.failed and "x fleet median 1e+03" in out.detail, out.detail
+    assert out.figures["fleet_confirmed"] is True and out.figures["first_tflops"]
+
+
+def test_read_fleet_with_node_placeholder(tmp_path):
+    """Issue 12: with {node} in shared_dir the glob went one level too deep and found nothing."""
+    for template in ("shared/{node}", "shared/airlock-{node}/x"):
+        cfg = config.from_dict({"state_dir": str(tmp_path / "state/{node}"),
+                                "shared_dir": str(tmp_path / template)})
+        _store_run(cfg, "a", "h100", "pass", 650.0, "20260102T000000-1-a")
+        _store_run(cfg, "b", "h100", "pass", 600.0, "20260102T000000-1-b")
+        assert burnin.read_fleet(cfg.shared_dir, "b", "h100") == {"a": {"bf16": 650.0}}, template
 
 
 def test_plan_gpu_duration_and_deep():

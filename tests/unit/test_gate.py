@@ -13,10 +13,10 @@ import pytest
 
 from airlock import boot, config, drains, nodestate, reasons, status
 from airlock.dev.cluster import healthy_gpus
+from airlock.dev.proof import prove_boot
 from airlock.errors import ConfigError, OwnError, where
 from airlock.hooks import common
 from airlock.slurm import Node
-from tests.support import prove_boot
 
 NOW = boot.Boot("n1", "id-1", 500.0)
 

@@ -14,8 +14,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from airlock import config as config_mod
 from airlock import finish, metrics, results, status
 from airlock.dev.cluster import healthy_gpus
+from airlock.dev.proof import prove_boot
 from airlock.slurm import Node
-from tests.support import prove_boot
 
 
 def _samples(text: str) -> dict[tuple[str, tuple], float]:

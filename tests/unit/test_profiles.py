@@ -134,3 +134,47 @@ def test_context_profile_from_config_needs_no_nvml(tmp_path):
     ctx = Context.create(cfg, "gpu3")
     assert ctx.profile.name == "h200-8x"
     assert ctx._snapshot is None
+
+
+def test_shipped_files_are_named_after_their_profiles():
+    """named() reads only <name>.toml, so a shipped file must carry the profile of its name."""
+    import os
+
+    from airlock.profiles import PROFILE_DIR
+
+    for fname in os.listdir(PROFILE_DIR):
+        if fname.endswith(".toml") and fname not in sku.NOT_PROFILES:
+            assert sku.load_file(os.path.join(PROFILE_DIR, fname)).name == fname[:-5]
+
+
+def test_a_named_profile_loads_only_its_own_file():
+    """Lazy loading, for the periodic hook: a profile named in config (or `cpu`) reads one
+    file, in a fresh process; detection by model reads them all."""
+    import subprocess
+    import sys
+
+    code = ("from airlock import sku; sku.named('h200-8x'); sku.detect([], 0); "
+            "print(sorted(p.rsplit('/', 1)[1] for p in sku._FILES)); "
+            "sku.detect(['NVIDIA H200'], 8); print(len(sku._FILES))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    first, total = out.stdout.splitlines()
+    assert first == "['cpu.toml', 'h200-8x.toml']"
+    assert int(total) == len(sku.builtin())
+
+
+def test_named_profile_errors_name_the_known_ones(tmp_path):
+    with pytest.raises(ConfigError, match=r"unknown profile 'h300' \(known: .*h200-8x"):
+        sku.named("h300")
+    with pytest.raises(ConfigError, match="unknown profile '../cpu'"):
+        sku.named("../cpu")  # never a path out of the profile directory
+    (tmp_path / "mine.toml").write_text('name = "site-h200"\nmodels = ["H200"]\ngpus = 1\n')
+    assert sku.named("site-h200", [str(tmp_path)]).gpus == 1
+    assert sku.named("h200-8x", [str(tmp_path)]).gpus == 8
+
+
+def test_a_gpu_node_nvml_cannot_see_never_gets_the_cpu_profile():
+    assert sku.detect([], 0, pci_gpus=0).name == "cpu"
+    p = sku.detect([], 0, pci_gpus=8)
+    assert p.name == "auto:nvidia-pci" and p.gpus == 8

@@ -13,8 +13,8 @@ import pytest
 
 from airlock import config as config_mod
 from airlock.dev.cluster import healthy_gpus
+from airlock.dev.proof import prove_boot
 from airlock.hooks import epilog
-from tests.support import prove_boot
 
 # --- pure verdicts ----------------------------------------------------------------------------
 

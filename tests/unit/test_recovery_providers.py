@@ -26,6 +26,7 @@ def cloud():
 def http(cloud, tmp_path, record=None, **kw):
     token = tmp_path / "token"
     token.write_text(cloud.token + "\n")
+    token.chmod(0o600)  # the provider refuses a token file others can read
     s = HttpSettings(url=cloud.url, token_file=str(token), timeout=0.5, retries=2, backoff=0.01,
                      backoff_max=0.5, **kw)
     return HttpProvider(s, record or (lambda *a: None))

@@ -42,7 +42,12 @@ def test_results_store_problems_are_named(tmp_path):
     (shared / "n1" / "latest.json").write_text("{not json")
     assert results.read_node(cfg, "n1").problem == (
         f"shared results: {shared}/n1/latest.json: not valid JSON")
+    # A document that is not a valid run of this node is named, never used (docs/security.md).
     (shared / "n1" / "latest.json").write_text('{"verdict": "pass", "finished_at": 5}')
+    assert results.read_node(cfg, "n1").problem == (
+        f"shared results: {shared}/n1/latest.json: no valid node name")
+    (shared / "n1" / "latest.json").write_text(
+        '{"node": "n1", "run_id": "r1", "verdict": "pass", "finished_at": 5}')
     got = results.read_node(cfg, "n1")
     assert got.source == "shared" and got.run["verdict"] == "pass"
     alone = config_mod.from_dict({"state_dir": str(tmp_path / "state")})

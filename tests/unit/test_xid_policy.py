@@ -80,12 +80,13 @@ def test_kernel_log_formats_and_pci_mapping():
         "NVRM: Xid (PCI:0000:3b:00): 62, Internal micro-controller halt",
         f"{iso(t)} nvidia-nvlink: unrelated line",
     ]
-    events, undated = xid.parse_kernel_log("\n".join(lines), NOW, BOOT, {"0000:3b:00": 2})
+    events, undated, untagged = xid.parse_kernel_log("\n".join(lines), NOW, BOOT,
+                                                     {"0000:3b:00": 2})
     assert [(e.xid, e.gpu) for e in events] == [(79, 2), (48, -1), (13, 2), (31, 2)]
     assert events[0].time == pytest.approx(t, abs=1)
     assert events[2].time == pytest.approx(BOOT + 5000.25)
     assert events[1].source == "kernel:0000:5d:00"
-    assert undated == 1
+    assert undated == 1 and untagged == 0
 
 
 def test_classic_syslog_date():
@@ -132,18 +133,38 @@ def test_read_kernel_log_tail_only(tmp_path):
     f = tmp_path / "kern.log"
     old = "x" * 100 + "\n"
     f.write_text(old * 1000 + f"{iso(NOW)} NVRM: Xid (PCI:0000:3b:00): 79, tail\n")
-    text = xid.read_kernel_log(str(f), 500, 3)
-    assert len(text) <= 500 and "Xid" in text and not text.startswith("x" * 101)
+    log = xid.read_kernel_log(str(f), 500, 3)
+    assert len(log.text) <= 500 and "Xid" in log.text and not log.text.startswith("x" * 101)
+    assert not log.kernel_only  # a file: only kernel-tagged lines will count
     with pytest.raises(OSError):
         xid.read_kernel_log(str(tmp_path / "missing.log"), 500, 3)
 
 
-def test_dmesg_source_runs():
-    # dmesg exists here and is readable as root; it carries no NVRM lines on this machine.
-    text = xid.read_kernel_log("dmesg", 1 << 20, 5)
+def test_dmesg_source_reads_dev_kmsg_without_blocking_or_spawning():
+    # /dev/kmsg is readable as root here; it carries no NVRM lines on this machine. A blocking
+    # read would wait for the next kernel message forever: the timeout catches that.
+    import subprocess
+    import sys
+
+    started = time.monotonic()
+    log = xid.read_kernel_log("dmesg", 1 << 20, 5)
+    assert (log.source, log.kernel_only) == ("kmsg", True)
+    assert time.monotonic() - started < 5
+    assert xid.parse_kernel_log(log.text, time.time(), 0).events == []
+    # the fallback when /dev/kmsg cannot be opened: dmesg itself, kernel facility only
+    text = xid._run_reader(["dmesg", "--kernel", "--time-format", "iso", "--nopager"], 5)
     assert text.strip()
-    events, _ = xid.parse_kernel_log(text, time.time(), 0)
-    assert events == []
+    # reading /dev/kmsg spawns nothing: not even the subprocess module gets imported
+    code = ("import sys; from airlock.checks import xid; xid.read_kernel_log('dmesg', 1 << 20, 5);"
+            " print('subprocess' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60)
+    assert out.stdout.strip() == "False", out.stderr
+
+
+def test_journal_source_runs():
+    log = xid.read_kernel_log("journal", 1 << 20, 10)
+    assert (log.source, log.kernel_only) == ("journal", True)
 
 
 def test_check_reads_kernel_log_file_even_when_nvml_is_down(tmp_path):
@@ -153,8 +174,8 @@ def test_check_reads_kernel_log_file_even_when_nvml_is_down(tmp_path):
     from airlock.runner import run_level
 
     log = tmp_path / "kern.log"
-    log.write_text(f"{iso(time.time() - 30)} NVRM: Xid (PCI:0000:48:00): 79, pid=7, GPU has "
-                   "fallen off the bus.\n")
+    log.write_text(f"{iso(time.time() - 30)} gpu07 kernel: NVRM: Xid (PCI:0000:48:00): 79, "
+                   "pid=7, GPU has fallen off the bus.\n")
     sim = tmp_path / "gpus.json"
     sim.write_text(json.dumps({"nodes": {"n1": {"gpus": [], "nvml_hang_s": 3}}}))
     cfg = config.from_dict({"state_dir": str(tmp_path), "log_dir": str(tmp_path),
@@ -164,3 +185,71 @@ def test_check_reads_kernel_log_file_even_when_nvml_is_down(tmp_path):
     by = {r["check"]: r for r in records}
     assert by["nvml"]["verdict"] == "fail"
     assert by["xid"]["verdict"] == "fail" and by["xid"]["detail"].startswith("79 0000:48:00")
+
+
+# --- only the kernel may report an XID (issue 10) ----------------------------------------------
+SPOOF = "alice[4242]: NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus."
+
+
+def xid_run(tmp_path, kernel_log: str) -> dict:
+    from airlock import config
+    from airlock.runner import run_level
+
+    cfg = config.from_dict({"state_dir": str(tmp_path), "log_dir": str(tmp_path),
+                            "xid": {"kernel_log": kernel_log}, "profile": {"gres": False}})
+    (record,), _ = run_level(cfg, "n1", "quick", only=["xid"])
+    return record
+
+
+def test_spoofed_syslog_xid_from_a_user_process_is_ignored(tmp_path):
+    t = time.time() - 30
+    stamp = time.strftime("%b %d %H:%M:%S", time.localtime(t))
+    log = tmp_path / "syslog"
+    log.write_text("\n".join([
+        f"{stamp} gpu07 {SPOOF}",  # a user's process, classic syslog format
+        f"{iso(t)} gpu07 {SPOOF}",  # the same in RFC 3339 format
+        # a user's message that itself begins with "kernel: "
+        f"{stamp} gpu07 alice: kernel: NVRM: Xid (PCI:0000:3b:00): 79, forged",
+        f"{iso(t)} NVRM: Xid (PCI:0000:3b:00): 79, no tag at all",
+    ]) + "\n")
+    rec = xid_run(tmp_path, str(log))
+    assert rec["verdict"] == "pass", rec
+    assert rec["figures"]["not_kernel"] == 4 and rec["figures"]["fatal"] == []
+    # the kernel's own line in the same file counts
+    with log.open("a") as fh:
+        fh.write(f"{stamp} gpu07 kernel: [ 812.5] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has "
+                 "fallen off the bus.\n")
+    rec = xid_run(tmp_path, str(log))
+    assert rec["verdict"] == "fail" and rec["detail"].startswith("79 0000:3b:00"), rec
+    assert rec["figures"]["not_kernel"] == 4
+
+
+def kmsg_record(facility: int, level: int, usec: int, text: str) -> str:
+    return f"{facility << 3 | level},{usec // 1000},{usec},-;{text}\n SUBSYSTEM=pci\n"
+
+
+def test_kmsg_keeps_only_kernel_facility_records(tmp_path):
+    """/dev/kmsg's record format, saved to a file (reading it needs no kernel change): a process
+    that writes into /dev/kmsg is filed under LOG_USER by the kernel; only facility 0 counts."""
+    boot = time.time() - 3600
+    f = tmp_path / "kmsg"
+    f.write_text(
+        kmsg_record(0, 6, 1_000_000, "pci 0000:3b:00.0: [10de:2335] type 00 class 0x030200")
+        + kmsg_record(1, 4, 3_500_000_000, "NVRM: Xid (PCI:0000:3b:00): 79, written by a user")
+        + kmsg_record(0, 3, 3_590_250_000, "NVRM: Xid (PCI:0000:5d:00): 48, An uncorrectable "
+                      "double bit error"))
+    text = xid.read_kmsg(str(f))
+    assert text.splitlines() == ["[3590.250000] NVRM: Xid (PCI:0000:5d:00): 48, An "
+                                 "uncorrectable double bit error"]
+    found = xid.parse_kernel_log(text, time.time(), boot, {"0000:5d:00": 4})
+    assert [(e.xid, e.gpu) for e in found.events] == [(48, 4)]
+    assert found.events[0].time == pytest.approx(boot + 3590.25)
+
+
+def test_kernel_log_must_be_a_kernel_source(tmp_path):
+    from airlock import config
+
+    with pytest.raises(ConfigError, match=r"\[xid\] kernel_log: must be .* absolute path"):
+        config.from_dict({"xid": {"kernel_log": "kern.log"}})
+    for ok in ("dmesg", "journal", "", str(tmp_path / "kern.log")):
+        assert config.from_dict({"xid": {"kernel_log": ok}}).xid.kernel_log == ok

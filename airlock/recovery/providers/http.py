@@ -9,6 +9,7 @@ Retry-After. Every failed attempt is recorded in the node's history.
 from __future__ import annotations
 
 import os
+import stat
 import time
 from collections.abc import Callable
 from urllib.parse import quote
@@ -30,16 +31,36 @@ from airlock.recovery.providers.base import (
 RETRY_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
 
 
+def token_file_problem(path: str) -> str:
+    """Why a token file must not be trusted with a bearer token ("" when it may): others can
+    read it, or someone other than root (or this service's user) owns it and can swap it."""
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    if st.st_uid not in (0, os.geteuid()):
+        return f"owned by uid {st.st_uid}, not root; chown root"
+    if st.st_mode & 0o077:
+        return (f"mode {stat.S_IMODE(st.st_mode):04o} lets group or others read it; "
+                "chmod 600")
+    return ""
+
+
 def read_token(settings) -> str:
     if settings.token_file:
+        where = f"[recovery.http] token_file {settings.token_file}"
+        problem = token_file_problem(settings.token_file)
+        if problem and not settings.allow_insecure and os.path.exists(settings.token_file):
+            raise ConfigError(f"{where}: {problem} (or set allow_insecure = true)")
         try:
             with open(settings.token_file, encoding="utf-8") as fh:
                 token = fh.readline().strip()
         except OSError as exc:
-            raise ConfigError(f"[recovery.http] token_file {settings.token_file}: "
-                              f"{exc.strerror}") from None
+            raise ConfigError(f"{where}: {exc.strerror}") from None
+        except UnicodeDecodeError:
+            raise ConfigError(f"{where}: not UTF-8 text") from None
         if not token:
-            raise ConfigError(f"[recovery.http] token_file {settings.token_file}: empty")
+            raise ConfigError(f"{where}: empty")
         return token
     if settings.token_env:
         token = os.environ.get(settings.token_env, "").strip()

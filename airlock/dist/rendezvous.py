@@ -1,0 +1,425 @@
+"""How the ranks of one all-reduce find each other without opening a root-run suite to the network.
+
+torch.distributed's TCPStore has no authentication, and a master store listens on every
+interface (`*:<port>`) even when given 127.0.0.1; gloo and NCCL open listeners of their own on
+the interface they pick. So:
+
+* One node (checks/allreduce through run_local, `worker` without other nodes): a FileStore in a
+  fresh 0700 directory (mkdtemp) and the collectives' sockets on the loopback interface. Nothing
+  listens beyond this host.
+* Several nodes (on-demand group check, registration batches): the host launcher runs the real
+  TCPStore on 127.0.0.1 only (a socket it bound itself, handed to torch as master_listen_fd) and
+  exposes it through a relay bound to its cluster address only. Every other launcher reaches it
+  through a relay of its own on 127.0.0.1 that proves the per-run secret first: an HMAC
+  challenge both ways, so a peer without the secret is closed before it can read or write one
+  key (it cannot join, nor poison the rendezvous), and a member never talks to an impostor host.
+  gloo/NCCL sockets bind to the interface of the cluster address (GLOO_SOCKET_IFNAME,
+  NCCL_SOCKET_IFNAME).
+
+The secret is written root-only (0600, in a 0700 folder) through the batch's or the
+reservation's shared directory, or handed down srun's environment (AIRLOCK_DIST_SECRET) where no
+shared directory is configured. What stays open is documented in docs/security.md: the store's
+loopback port on the host node, and the collectives' own data sockets on the cluster interface,
+whose data every rank verifies element by element.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import hmac
+import ipaddress
+import os
+import secrets
+import shutil
+import socket
+import stat
+import struct
+import tempfile
+import threading
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from airlock.errors import AirlockError
+
+SECRET_ENV = "AIRLOCK_DIST_SECRET"
+HELLO = b"AIRLOCK-STORE-1\n"
+NONCE = 32
+HANDSHAKE_TIMEOUT = 10.0
+MAX_PENDING = 64  # handshakes in flight at once; more connections wait in the backlog
+
+
+class RendezvousError(AirlockError):
+    """The group cannot meet safely (no secret, a refused secret, no cluster interface)."""
+
+
+# --- the secret -----------------------------------------------------------------------------
+def new_secret() -> str:
+    return secrets.token_hex(32)
+
+
+def read_secret_file(path: str) -> bytes:
+    """The secret in path: a regular file (not a link), owned by root or this user, that nobody
+    else may read or write."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise RendezvousError(f"secret file {path}: {exc.strerror or exc}") from None
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise RendezvousError(f"secret file {path}: not a regular file")
+        if st.st_uid not in (0, os.geteuid()):
+            raise RendezvousError(f"secret file {path}: owned by uid {st.st_uid}, not root")
+        if st.st_mode & 0o077:
+            raise RendezvousError(f"secret file {path}: mode {stat.S_IMODE(st.st_mode):04o}, "
+                                  "must be 0600")
+        data = fh.read(4097).strip()
+    return check_secret(data, f"secret file {path}")
+
+
+def check_secret(data: bytes, where: str) -> bytes:
+    if not 16 <= len(data) <= 4096:
+        raise RendezvousError(f"{where}: not a secret (16 to 4096 bytes)")
+    return data
+
+
+def secret_from(path: str = "") -> bytes | None:
+    """The run's secret: from path when given, else from $AIRLOCK_DIST_SECRET, else None."""
+    if path:
+        return read_secret_file(path)
+    value = os.environ.get(SECRET_ENV, "").strip()
+    return check_secret(value.encode(), f"${SECRET_ENV}") if value else None
+
+
+def _mac(secret: bytes, role: bytes, *parts: bytes) -> bytes:
+    return hmac.new(secret, role + b"".join(parts), hashlib.sha256).digest()
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    buf = b""
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError("closed during the handshake")
+        buf += chunk
+    return buf
+
+
+def server_handshake(sock: socket.socket, secret: bytes) -> bool:
+    """The host's side: True when the peer proved the secret (and got our proof back)."""
+    nonce = secrets.token_bytes(NONCE)
+    sock.sendall(HELLO + nonce)
+    theirs = _recv_exact(sock, NONCE)
+    proof = _recv_exact(sock, 32)
+    if not hmac.compare_digest(proof, _mac(secret, b"member", nonce, theirs)):
+        return False
+    sock.sendall(_mac(secret, b"host", theirs, nonce))
+    return True
+
+
+def client_handshake(sock: socket.socket, secret: bytes) -> None:
+    """A member's side; RendezvousError when the host refuses us or cannot prove the secret."""
+    hello = _recv_exact(sock, len(HELLO) + NONCE)
+    if not hello.startswith(HELLO):
+        raise RendezvousError("the group's host does not speak Airlock's rendezvous")
+    nonce = hello[len(HELLO):]
+    mine = secrets.token_bytes(NONCE)
+    sock.sendall(mine + _mac(secret, b"member", nonce, mine))
+    try:
+        proof = _recv_exact(sock, 32)
+    except ConnectionError:
+        raise RendezvousError("the group's host refused this node's secret") from None
+    if not hmac.compare_digest(proof, _mac(secret, b"host", mine, nonce)):
+        raise RendezvousError("the group's host could not prove the run's secret")
+
+
+# --- interfaces -----------------------------------------------------------------------------
+def resolve(addr: str) -> str:
+    """The IP address of a cluster address (Slurm's NodeAddr may be a host name)."""
+    try:
+        return str(ipaddress.ip_address(addr))
+    except ValueError:
+        pass
+    try:
+        return socket.getaddrinfo(addr, None, type=socket.SOCK_STREAM)[0][4][0]
+    except (OSError, IndexError):
+        raise RendezvousError(f"cannot resolve the cluster address {addr!r}") from None
+
+
+def interface_of(addr: str) -> str:
+    """The name of the interface that holds addr (lo for loopback)."""
+    ip = ipaddress.ip_address(resolve(addr))
+    if ip.is_loopback:
+        return "lo"
+    if ip.version == 4:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            for _idx, name in socket.if_nameindex():
+                try:
+                    got = fcntl.ioctl(s.fileno(), 0x8915,  # SIOCGIFADDR
+                                      struct.pack("256s", name.encode()[:15]))
+                except OSError:
+                    continue
+                if socket.inet_ntoa(got[20:24]) == str(ip):
+                    return name
+    else:
+        try:
+            with open("/proc/net/if_inet6") as fh:
+                for line in fh:
+                    f = line.split()
+                    if len(f) >= 6 and ipaddress.ip_address(int(f[0], 16)) == ip:
+                        return f[5]
+        except OSError:
+            pass
+    raise RendezvousError(f"no interface here holds the cluster address {addr}")
+
+
+# --- relays ---------------------------------------------------------------------------------
+def _pipe(a: socket.socket, b: socket.socket) -> None:
+    """Copy a -> b until a closes, then close b's sending side."""
+    try:
+        while True:
+            data = a.recv(65536)
+            if not data:
+                break
+            b.sendall(data)
+    except OSError:
+        pass
+    finally:
+        try:
+            b.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+
+
+def _splice(a: socket.socket, b: socket.socket) -> None:
+    t = threading.Thread(target=_pipe, args=(b, a), daemon=True, name="relay")
+    t.start()
+    _pipe(a, b)
+    t.join()
+    a.close()
+    b.close()
+
+
+class _Relay:
+    """Accepts on a bound socket; each connection is handled in a thread of its own."""
+
+    def __init__(self, listener: socket.socket):
+        self.listener = listener
+        self.port = listener.getsockname()[1]
+        self.refused = 0
+        self._pending = threading.BoundedSemaphore(MAX_PENDING)
+        self._stop = False
+        self._thread = threading.Thread(target=self._accept, daemon=True, name="relay-accept")
+        self._thread.start()
+
+    def _accept(self) -> None:
+        while not self._stop:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            self._pending.acquire()
+            threading.Thread(target=self._run, args=(conn,), daemon=True,
+                             name="relay-conn").start()
+
+    def _run(self, conn: socket.socket) -> None:
+        try:
+            self.handle(conn)
+        except Exception:  # one bad peer never stops the relay
+            conn.close()
+        finally:
+            try:
+                self._pending.release()
+            except ValueError:
+                pass
+
+    def handle(self, conn: socket.socket) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self._stop = True
+        try:
+            self.listener.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.listener.close()
+
+
+class HostRelay(_Relay):
+    """On the host node: cluster address -> the store on 127.0.0.1, for peers with the secret."""
+
+    def __init__(self, bind_addr: str, port: int, store_port: int, secret: bytes):
+        ip = resolve(bind_addr)
+        family = socket.AF_INET6 if ":" in ip else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((ip, port))
+            sock.listen(128)
+        except OSError:
+            sock.close()
+            raise
+        self.store_port = store_port
+        self.secret = secret
+        super().__init__(sock)
+
+    def handle(self, conn: socket.socket) -> None:
+        conn.settimeout(HANDSHAKE_TIMEOUT)
+        try:
+            ok = server_handshake(conn, self.secret)
+        except (OSError, ConnectionError):
+            ok = False
+        if not ok:
+            self.refused += 1
+            conn.close()
+            return
+        conn.settimeout(None)
+        upstream = socket.create_connection(("127.0.0.1", self.store_port))
+        _splice(conn, upstream)
+
+
+class MemberRelay(_Relay):
+    """On a member node: 127.0.0.1 -> the host's relay, proving the secret on every
+    connection."""
+
+    def __init__(self, host: str, port: int, secret: bytes):
+        self.host, self.remote_port, self.secret = resolve(host), port, secret
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(128)
+        super().__init__(sock)
+
+    def connect(self, timeout: float = HANDSHAKE_TIMEOUT) -> socket.socket:
+        sock = socket.create_connection((self.host, self.remote_port), timeout=timeout)
+        try:
+            client_handshake(sock, self.secret)
+        except BaseException:
+            sock.close()
+            raise
+        sock.settimeout(None)
+        return sock
+
+    def probe(self, deadline_s: float) -> None:
+        """Fail fast, with the reason, when the host refuses our secret; keep trying while it is
+        not listening yet (members may start before the host)."""
+        import time
+
+        end = time.monotonic() + deadline_s
+        while True:
+            try:
+                self.connect().close()
+                return
+            except (ConnectionRefusedError, TimeoutError, ConnectionError):
+                if time.monotonic() >= end:
+                    raise RendezvousError(f"the group's host {self.host}:{self.remote_port} "
+                                          "never answered") from None
+                time.sleep(0.2)
+
+    def handle(self, conn: socket.socket) -> None:
+        try:
+            upstream = self.connect()
+        except (OSError, RendezvousError):
+            conn.close()
+            return
+        _splice(conn, upstream)
+
+
+# --- the rendezvous of one launcher -----------------------------------------------------------
+@dataclass
+class Rendezvous:
+    """What this launcher set up, and the spec its ranks connect with."""
+
+    spec: dict[str, Any]
+    store: Any = None  # the host's store (the launcher reads progress from it)
+    folder: str = ""
+    relay: _Relay | None = None
+
+    @property
+    def refused(self) -> int:
+        return self.relay.refused if self.relay is not None else 0
+
+    def client(self, world_size: int, timeout: float):
+        """A store handle for the launcher itself (a member reads progress through it)."""
+        return self.store if self.store is not None else connect(self.spec, world_size, timeout)
+
+    def close(self) -> None:
+        if self.relay is not None:
+            self.relay.close()
+        self.store = None
+        if self.folder:
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def local(world_size: int, timeout: float) -> Rendezvous:
+    """Every rank on this node: a FileStore in a fresh root-only directory, loopback sockets."""
+    import torch.distributed as dist
+
+    folder = tempfile.mkdtemp(prefix="airlock-dist-")  # 0700, unpredictable name
+    path = os.path.join(folder, "store")
+    store = dist.FileStore(path, world_size + 1)
+    return Rendezvous({"kind": "file", "path": path, "iface": "lo"}, store, folder)
+
+
+def host(addr: str, port: int, world_size: int, timeout: float, secret: bytes) -> Rendezvous:
+    """The host node of a multi-node group: the store on loopback, the relay on addr:port."""
+    import torch.distributed as dist
+
+    iface = interface_of(addr)
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(128)
+        store_port = listener.getsockname()[1]
+        store = dist.TCPStore("127.0.0.1", store_port, world_size, True,
+                              timeout=timedelta(seconds=timeout), wait_for_workers=False,
+                              master_listen_fd=listener.fileno())
+    except BaseException:
+        listener.close()
+        raise
+    listener.detach()  # the store owns (and closes) the descriptor now
+    try:
+        relay = HostRelay(addr, port, store_port, secret)
+    except BaseException:
+        del store
+        raise
+    return Rendezvous({"kind": "tcp", "port": store_port, "iface": iface}, store, relay=relay)
+
+
+def member(addr: str, port: int, timeout: float, secret: bytes) -> Rendezvous:
+    """Another node of a multi-node group: a local relay that proves the secret to the host."""
+    relay = MemberRelay(addr, port, secret)
+    try:
+        relay.probe(timeout)
+        ip = ipaddress.ip_address(relay.host)
+        iface = "lo" if ip.is_loopback else _route_interface(relay.host, port)
+    except BaseException:
+        relay.close()
+        raise
+    return Rendezvous({"kind": "tcp", "port": relay.port, "iface": iface}, relay=relay)
+
+
+def _route_interface(host: str, port: int) -> str:
+    """The interface this node reaches the host through (the kernel's route choice)."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET,
+                       socket.SOCK_DGRAM) as s:
+        s.connect((host, port))  # a UDP connect sends nothing; it only picks the route
+        return interface_of(s.getsockname()[0])
+
+
+def connect(spec: dict[str, Any], world_size: int, timeout: float):
+    """A rank's (or its launcher's) handle on the store spec names."""
+    import torch.distributed as dist
+
+    if spec["kind"] == "file":
+        return dist.FileStore(spec["path"], world_size + 1)
+    return dist.TCPStore("127.0.0.1", int(spec["port"]), world_size, False,
+                         timeout=timedelta(seconds=timeout))
+
+
+def bind_collectives(spec: dict[str, Any]) -> None:
+    """Before init_process_group, in the rank: gloo and NCCL listen on the spec's interface."""
+    iface = spec.get("iface") or "lo"
+    os.environ["GLOO_SOCKET_IFNAME"] = iface
+    os.environ["NCCL_SOCKET_IFNAME"] = iface

@@ -1,0 +1,598 @@
+"""Attacks on a root-run Airlock (issue 10, docs/security.md), each carried out for real against
+the real code: links and foreign files planted in the shared directory, hostile batch documents,
+a poisoned fleet, pre-created probe and temporary names, insecure recovery settings, hostile TOML
+keys, and network listeners during a standard-level run. Each test names the line of today's
+main that the attack got through (so it would pass the attack there)."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from airlock import config, paths, render, results
+from airlock.batch import Batch
+from airlock.checks import burnin, system
+from airlock.errors import AirlockError, ConfigError
+from airlock.recovery.providers.http import HttpProvider
+from airlock.recovery.settings import HttpSettings
+
+NOBODY = 65534
+
+
+def cfg_for(tmp_path, shared: str = "shared", **extra):
+    return config.from_dict({"state_dir": str(tmp_path / "state" / "{node}"),
+                             "shared_dir": str(tmp_path / shared), **extra})
+
+
+def run_doc(node: str, run_id: str, verdict: str = "pass", **kw) -> dict:
+    return {"node": node, "run_id": run_id, "level": "standard", "verdict": verdict,
+            "checks": [], **kw}
+
+
+# --- 1. the shared directory: links, foreign owners, strict names --------------------------------
+def test_symlinked_shared_results_dir_is_neither_pruned_nor_written(tmp_path):
+    """main: Store.write pruned `<shared>/<node>/results/*.json` through the link down to 50
+    files and wrote into the target."""
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    for i in range(60):
+        (victim / f"{i:03d}.json").write_text("{}")
+    (tmp_path / "shared" / "n1").mkdir(parents=True)
+    (tmp_path / "shared" / "n1" / "results").symlink_to(victim)
+    cfg = cfg_for(tmp_path)
+    problems = results.ResultStore(cfg, "n1").write(run_doc("n1", "20260101T000000-1-n1"))
+    assert len(problems) == 1 and "is a symbolic link" in problems[0], problems
+    assert sorted(p.name for p in victim.iterdir()) == [f"{i:03d}.json" for i in range(60)]
+    # the node-local copy, the one that must succeed, is written
+    assert (tmp_path / "state" / "n1" / "latest.json").exists()
+
+
+def test_symlinked_node_dir_and_foreign_owned_dir_are_refused(tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "shared" / "n1").symlink_to(elsewhere)
+    # a user of the shared filesystem creates the next node's folder before that node does
+    (tmp_path / "shared" / "n2").mkdir()
+    os.chown(tmp_path / "shared" / "n2", NOBODY, NOBODY)
+    cfg = cfg_for(tmp_path)
+    p1 = results.ResultStore(cfg, "n1").write(run_doc("n1", "20260101T000000-1-n1"))
+    p2 = results.ResultStore(cfg, "n2").write(run_doc("n2", "20260101T000000-1-n2"))
+    assert "is a symbolic link" in p1[0] and list(elsewhere.iterdir()) == []
+    assert f"owned by uid {NOBODY}, not by root" in p2[0]
+    assert list((tmp_path / "shared" / "n2").iterdir()) == []
+
+
+def test_controller_read_refuses_links_foreign_files_and_other_nodes_documents(tmp_path):
+    cfg = cfg_for(tmp_path)
+    results.ResultStore(cfg, "n1").write(run_doc("n1", "20260101T000000-1-n1"))
+    shared = tmp_path / "shared"
+    forged = tmp_path / "forged.json"
+    forged.write_text(json.dumps(run_doc("n2", "20260101T000000-1-n2")))
+    (shared / "n2").mkdir()
+    (shared / "n2" / "latest.json").symlink_to(forged)
+    got = results.read_node(cfg, "n2")
+    assert got.run is None and "is a symbolic link" in got.problem, got.problem
+    (shared / "n2" / "latest.json").unlink()
+    (shared / "n2" / "latest.json").write_text(json.dumps(run_doc("n2", "x1")))
+    os.chown(shared / "n2" / "latest.json", NOBODY, NOBODY)
+    assert f"owned by uid {NOBODY}" in results.read_node(cfg, "n2").problem
+    os.chown(shared / "n2" / "latest.json", 0, 0)
+    (shared / "n2" / "latest.json").write_text(json.dumps(run_doc("n1", "x1")))
+    assert "written for node 'n1', not 'n2'" in results.read_node(cfg, "n2").problem
+    # a bad history entry is left out, the good ones are read
+    (shared / "n1" / "results" / "20270101T000000-1-n1.json").write_text('{"node": 5}')
+    got = results.read_node(cfg, "n1", history=5)
+    assert [r["run_id"] for r in got.history] == ["20260101T000000-1-n1"]
+
+
+@pytest.mark.parametrize("name", ["../etc", "a/b", "", ".", "..", "x" * 65, "-lead"])
+def test_hostile_node_names_never_become_paths(tmp_path, name):
+    cfg = cfg_for(tmp_path / "c", shared="shared/{node}")
+    with pytest.raises(OSError, match="not a valid node name"):
+        results.ResultStore(cfg, name).write(run_doc("n1", "20260101T000000-1-n1"))
+    assert results.read_node(cfg, name).run is None
+    assert not (tmp_path / "etc").exists() and not (tmp_path / "c" / "etc").exists()
+
+
+def test_a_hostile_run_id_never_becomes_a_path(tmp_path):
+    with pytest.raises(OSError, match="not a valid name"):
+        results.ResultStore(cfg_for(tmp_path), "n1").write(run_doc("n1", "../../../x"))
+    assert not (tmp_path / "x.json").exists()
+
+
+# --- batches: documents from strangers -----------------------------------------------------------
+def batch(tmp_path, node: str, window: float = 0.2, **kw) -> tuple[Batch, list[str]]:
+    seen: list[str] = []
+    return Batch(tmp_path / "shared", node, "127.0.0.1", window, 5.0,
+                 report=seen.append, **kw), seen
+
+
+def plant(tmp_path, rel: str, doc) -> Path:
+    path = tmp_path / "shared" / ".batches" / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(doc if isinstance(doc, str) else json.dumps(doc))
+    return path
+
+
+def test_batch_arrival_with_a_traversal_name_is_refused(tmp_path):
+    """main: the leader wrote assign/<a['node']>.json with a['node'] = '../../../outside/pwned',
+    outside .batches, as root."""
+    leader, seen = batch(tmp_path, "aaa")
+    leader.arrive("20260101T000000-1-aaa")
+    plant(tmp_path, "arrivals/pwned.json", {"node": "../../../outside/pwned",
+                                            "addr": "127.0.0.1", "time": time.time()})
+    assert leader.form() is None  # nobody valid to batch with: go on alone
+    assert not (tmp_path / "outside").exists() and not (tmp_path / "shared" / "outside").exists()
+    assert any("pwned.json: node '../../../outside/pwned' does not match" in s for s in seen), seen
+
+
+@pytest.mark.parametrize("doc", [
+    {"addr": "127.0.0.1", "time": 1e12},  # main: KeyError 'node' in every registering suite
+    {"node": "zzz", "addr": "127.0.0.1", "time": "soon"},
+    {"node": "zzz", "addr": "evil.example; rm -rf /", "time": 1e12},
+    "[1, 2",
+    ["not", "a", "table"],
+])
+def test_bad_arrivals_are_skipped_and_reported(tmp_path, doc):
+    me, seen = batch(tmp_path, "aaa")
+    me.arrive("20260101T000000-1-aaa")
+    plant(tmp_path, "arrivals/zzz.json", doc)
+    assert me.form() is None
+    assert any("zzz.json" in s for s in seen), seen
+
+
+@pytest.mark.parametrize("assign", [{"batch": 5}, {"batch": "../../x"}, {"batch": ["a"]}, {}])
+def test_bad_assignment_is_skipped(tmp_path, assign):
+    """main: assign["batch"] was used as a path (TypeError for a non-string, traversal else)."""
+    me, seen = batch(tmp_path, "bbb")
+    plant(tmp_path, "assign/bbb.json", assign)
+    assert me._assigned() is None
+    assert seen and "assign/bbb.json" in seen[0]
+
+
+@pytest.mark.parametrize("addrs", [{"aaa": "127.0.0.1"}, {"aaa": "127.0.0.1", "bbb": "x;y"},
+                                   "127.0.0.1", {"aaa": "127.0.0.1", "bbb": 7}])
+def test_members_with_bad_addrs_are_refused(tmp_path, addrs):
+    """main: addrs became the rendezvous address unchecked."""
+    me, seen = batch(tmp_path, "bbb")
+    plant(tmp_path, "assign/bbb.json", {"batch": "batch-1-aaa"})
+    plant(tmp_path, "batch-1-aaa/members.json", {"batch": "batch-1-aaa", "leader": "aaa",
+                                                 "members": ["aaa", "bbb"], "addrs": addrs})
+    assert me._assigned() is None
+    assert any("addrs is not one IP address per member" in s for s in seen), seen
+    verdict = me.run({"batch": "batch-1-aaa", "leader": "aaa", "members": ["aaa", "bbb"],
+                      "addrs": addrs}, member=None)
+    assert verdict["inconclusive"] == ["bbb"]
+
+
+def test_batch_leader_writes_a_root_only_secret(tmp_path):
+    a, _ = batch(tmp_path, "aaa", window=1.0)
+    b, _ = batch(tmp_path, "bbb", window=1.0)
+    a.arrive("20260101T000000-1-aaa")
+    b.arrive("20260101T000000-1-bbb")
+    docs = {}
+    threads = [threading.Thread(target=lambda x=x: docs.__setitem__(x.node, x.form()))
+               for x in (a, b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert docs["aaa"] == docs["bbb"] and docs["aaa"]["members"] == ["aaa", "bbb"]
+    folder = tmp_path / "shared" / ".batches" / docs["aaa"]["batch"]
+    assert folder.stat().st_mode & 0o777 == 0o700
+    assert (folder / "secret").stat().st_mode & 0o777 == 0o600
+
+
+# --- fleet poisoning -----------------------------------------------------------------------------
+def fleet_doc(node: str, value: float, run_id: str | None = None) -> dict:
+    rec = {"check": "burnin", "verdict": "pass", "detail": "",
+           "figures": {"profile": "h100", "median_tflops": {"bf16": value}}}
+    return run_doc(node, run_id or f"20260101T000000-1-{node}", checks=[rec])
+
+
+def test_poisoned_fleet_documents_are_ignored(tmp_path):
+    """main: read_fleet took any */results/*.json into the median; forged documents made a
+    healthy node fail against the fleet."""
+    cfg = cfg_for(tmp_path)
+    for node, value in (("a", 600.0), ("b", 610.0), ("c", 620.0)):
+        results.ResultStore(cfg, node).write(fleet_doc(node, value))
+    shared = tmp_path / "shared"
+    # a user's forgeries: its own folders and files (owned by the user)
+    for i in range(5):
+        f = shared / f"fake{i}" / "results"
+        f.mkdir(parents=True)
+        (f / "20300101T000000-1-x.json").write_text(json.dumps(fleet_doc(f"fake{i}", 1e6)))
+        os.chown(f / "20300101T000000-1-x.json", NOBODY, NOBODY)
+        os.chown(f, NOBODY, NOBODY)
+    # a folder claiming to be another node, a linked results folder, a non-finite value
+    (shared / "d" / "results").mkdir(parents=True)
+    (shared / "d" / "results" / "20300101T000000-1-a.json").write_text(
+        json.dumps(fleet_doc("a", 1e6)))
+    (shared / "e").mkdir()
+    (shared / "e" / "results").symlink_to(shared / "a" / "results")
+    results.ResultStore(cfg, "f").write(fleet_doc("f", float("nan")))
+    ignored: list[str] = []
+    fleet = burnin.read_fleet(cfg.shared_dir, "me", "h100", ignored=ignored)
+    assert fleet == {"a": {"bf16": 600.0}, "b": {"bf16": 610.0}, "c": {"bf16": 620.0}}
+    assert any("written for node 'a', not 'd'" in i for i in ignored), ignored
+    assert any("is a symbolic link" in i for i in ignored), ignored
+    assert burnin.fleet_reference(fleet, "bf16", 3) == 610.0
+
+
+def test_fleet_reference_is_robust_and_needs_enough_nodes():
+    honest = {n: {"bf16": v} for n, v in zip("abcde", (600.0, 610.0, 620.0, 605.0, 615.0),
+                                            strict=True)}
+    # two compromised nodes report absurd figures: dropped as outliers, not averaged in
+    poisoned = {**honest, "x": {"bf16": 1e6}, "y": {"bf16": 5e5}}
+    assert burnin.fleet_reference(poisoned, "bf16", 3) == 610.0
+    assert burnin.fleet_reference({"a": {"bf16": 600.0}, "b": {"bf16": 1e6}}, "bf16", 3) is None
+
+
+def test_fleet_alone_never_drains_without_a_confirming_remeasurement():
+    low = burnin.verdict_burnin([burnin.DeviceRun("g0", "h", "bf16", tflops=100.0)],
+                                fleet={"bf16": 600.0}, fleet_fraction=0.85)
+    assert low.failed and low.figures["fleet_low"] == ["g0", "bf16"]
+    ok = burnin.verdict_burnin([burnin.DeviceRun("g0", "h", "bf16", tflops=590.0)],
+                               fleet={"bf16": 600.0}, fleet_fraction=0.85)
+    calls = []
+    out = burnin.confirm_fleet(low, lambda: calls.append(1) or ok)
+    assert calls == [1] and out.verdict.value == "warn" and "not on re-measurement" in out.detail
+    again = burnin.confirm_fleet(low, lambda: low)
+    assert again.failed and again.figures["fleet_confirmed"] is True
+
+
+# --- 3. no predictable names ---------------------------------------------------------------------
+def test_precreated_probe_names_do_not_fail_the_mounts_check(tmp_path):
+    """main: .airlock-write-test-<pid> with O_EXCL; a user pre-created it: `File exists`."""
+    for pid in range(os.getpid() - 5, os.getpid() + 5):
+        (tmp_path / f".airlock-write-test-{pid}").write_text("planted")
+    assert system.try_write(str(tmp_path)) == ""
+    assert len(list(tmp_path.iterdir())) == 10  # the probe cleaned up after itself
+
+
+def test_metrics_textfile_temporary_name_cannot_be_planted(tmp_path):
+    """main: prometheus_client's write_to_textfile opened <file>.<pid>.<thread> (following a
+    link planted there) before renaming it into place."""
+    from airlock import metrics
+
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    folder = tmp_path / "prom"
+    folder.mkdir()
+    target = folder / metrics.NODE_FILE
+    planted = Path(f"{target}.{os.getpid()}.{threading.current_thread().ident}")
+    planted.symlink_to(victim)
+    cfg = config.from_dict({"state_dir": str(tmp_path / "s"),
+                            "metrics": {"textfile_dir": str(folder)}})
+    metrics.write_node_textfile(cfg, "n1", {"quick": run_doc("n1", "r1")})
+    assert victim.read_text() == "precious\n"
+    assert "airlock_run_failed" in target.read_text()
+    assert target.stat().st_mode & 0o777 == 0o644
+
+
+def test_controller_textfile_dir_is_never_literally_named_node(tmp_path):
+    """Issue 12: a directory named {node} was created for the controller's file."""
+    from airlock import metrics
+
+    cfg = config.from_dict({"state_dir": str(tmp_path / "s"),
+                            "metrics": {"textfile_dir": str(tmp_path / "prom" / "{node}")}})
+    path = metrics.write_controller_textfile(cfg, {"nodes": [], "summary": {}}, {})
+    assert "{node}" not in str(path) and path.exists()
+
+
+# --- 4. the HTTP provider ------------------------------------------------------------------------
+def token(tmp_path, mode: int, owner: int = 0) -> str:
+    path = tmp_path / "token"
+    path.write_text("secret-token\n")
+    path.chmod(mode)
+    os.chown(path, owner, owner)
+    return str(path)
+
+
+def test_readable_or_foreign_token_file_is_refused(tmp_path):
+    """main: a 0644 token file was read and sent."""
+    path = token(tmp_path, 0o644)
+    with pytest.raises(ConfigError) as exc:
+        HttpProvider(HttpSettings(url="https://api.example", token_file=path), None)
+    msg = str(exc.value)
+    assert "\n" not in msg and path in msg and "mode 0644 lets group or others read it" in msg
+    path = token(tmp_path, 0o600, owner=NOBODY)
+    with pytest.raises(ConfigError, match=f"owned by uid {NOBODY}, not root"):
+        HttpProvider(HttpSettings(url="https://api.example", token_file=path), None)
+    ok = HttpProvider(HttpSettings(url="https://api.example", token_file=token(tmp_path, 0o600)),
+                      None)
+    assert ok.session.headers["Authorization"] == "Bearer secret-token"
+
+
+@pytest.mark.parametrize("http, msg", [
+    ({"url": "http://nodes.example/api"}, "http:// to nodes.example sends the token"),
+    ({"url": "https://nodes.example", "verify": False}, "verify = false: any server"),
+])
+def test_cleartext_and_unverified_tls_are_refused(http, msg):
+    """main: http:// with a bearer token and verify = false were accepted silently."""
+    with pytest.raises(ConfigError) as exc:
+        config.from_dict({"recovery": {"provider": "http", "http": http}}).recovery  # noqa: B018
+    assert msg in str(exc.value) and "allow_insecure = true" in str(exc.value)
+    assert "\n" not in str(exc.value)
+    loop = config.from_dict({"recovery": {"provider": "http",
+                                          "http": {"url": "http://127.0.0.1:8080"}}})
+    assert loop.recovery.http.url.startswith("http://127.0.0.1")
+
+
+def test_allow_insecure_lets_each_through_and_doctor_warns(tmp_path):
+    from airlock import doctor
+
+    cfg = config.from_dict({"recovery": {"provider": "http", "http": {
+        "url": "http://nodes.example/api", "verify": False, "allow_insecure": True,
+        "token_file": token(tmp_path, 0o644)}}})
+    HttpProvider(cfg.recovery.http, None)  # accepted
+    items = doctor.check_recovery_http(cfg)
+    assert [i.status for i in items] == ["WARN", "WARN", "WARN"]
+    assert [re.sub(r":.*", "", i.detail.removeprefix("allow_insecure: ")) for i in items] == [
+        "url", "verify = false", f"token_file {tmp_path}/token"]
+    strict = config.from_dict({"recovery": {"provider": "http", "http": {
+        "url": "https://nodes.example", "token_file": token(tmp_path, 0o640)}}})
+    assert [i.status for i in doctor.check_recovery_http(strict)] == ["FAIL"]
+
+
+# --- 5. TOML through tomli-w ---------------------------------------------------------------------
+HOSTILE = {"t]\nx": "é😀", "a\"b": ["ü", "\x00\x1f", 'x"]\n[evil]'], "plain": {"k]": 1.5}}
+
+
+def test_rendered_values_reparse_with_unicode_and_hostile_keys():
+    """main: tomlw wrote `"\\ud83d\\ude00"` (invalid TOML) and keys like "t]\\nx" unquoted."""
+    for value in (HOSTILE, list(HOSTILE["a\"b"]), "é😀", {"": 1}):
+        assert tomllib.loads(f"v = {render.toml_value(value)}") == {"v": value}
+    text = render.example_config()
+    assert tomllib.loads(text)["state_dir"] == "/var/lib/airlock"
+
+
+def test_dev_cluster_config_reparses_with_hostile_keys(tmp_path):
+    from airlock.dev.cluster import DevCluster
+
+    c = DevCluster(tmp_path, nodes=["n1"], airlock={"nvml": {"simulate": "/x/é😀"},
+                                                     "extra": HOSTILE})
+    tmp_path.mkdir(exist_ok=True)
+    c.write_airlock_config()
+    raw = tomllib.loads(c.airlock_conf.read_text())
+    assert raw["extra"] == HOSTILE and raw["nvml"]["simulate"] == "/x/é😀"
+    assert set(raw) == {"state_dir", "log_dir", "shared_dir", "slurm", "nvml", "registration",
+                        "extra"}
+
+
+# --- 2. rendezvous -------------------------------------------------------------------------------
+def _descendants(root: int) -> set[int]:
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    parents[int(entry)] = int(fh.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                pass
+    out, todo = {root}, [root]
+    while todo:
+        p = todo.pop()
+        for child, parent in parents.items():
+            if parent == p and child not in out:
+                out.add(child)
+                todo.append(child)
+    return out
+
+
+def _socket_inodes(pids: set[int]) -> set[str]:
+    out = set()
+    for pid in pids:
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                try:
+                    target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                except OSError:
+                    continue
+                if target.startswith("socket:["):
+                    out.add(target[8:-1])
+        except OSError:
+            pass
+    return out
+
+
+def _listeners() -> dict[str, str]:
+    """inode -> local address of every TCP socket in LISTEN state (/proc/net/tcp{,6})."""
+    out = {}
+    for name, width in (("tcp", 8), ("tcp6", 32)):
+        try:
+            lines = Path(f"/proc/net/{name}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            f = line.split()
+            if len(f) > 9 and f[3] == "0A":
+                hexaddr, port = f[1].split(":")
+                raw = bytes.fromhex(hexaddr)
+                if width == 8:
+                    addr = socket.inet_ntop(socket.AF_INET, raw[::-1])
+                else:
+                    words = b"".join(raw[i:i + 4][::-1] for i in range(0, 16, 4))
+                    addr = socket.inet_ntop(socket.AF_INET6, words)
+                out[f[9]] = f"{addr}:{int(port, 16)}"
+    return out
+
+
+class ListenerWatch:
+    """Every TCP listener opened by this process or its descendants while it runs."""
+
+    def __init__(self) -> None:
+        self.seen: set[str] = set()
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            inodes = _socket_inodes(_descendants(os.getpid()))
+            self.seen |= {addr for ino, addr in _listeners().items() if ino in inodes}
+            time.sleep(0.02)
+
+    def __enter__(self) -> ListenerWatch:
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._t.join()
+
+    def exposed(self) -> list[str]:
+        import ipaddress
+
+        return sorted(a for a in self.seen
+                      if not ipaddress.ip_address(a.rsplit(":", 1)[0]).is_loopback)
+
+
+def test_standard_level_opens_no_listener_beyond_loopback(tmp_path):
+    """main: the single-node all-reduce hosted TCPStore("127.0.0.1", 0, ..., True), which
+    listens on *:<port> (and gloo picked the host name's address)."""
+    import tomli_w
+
+    from airlock.runner import run_level
+
+    conf = tmp_path / "airlock.toml"
+    conf.write_text(tomli_w.dumps({"state_dir": str(tmp_path / "state"),
+                                   "log_dir": str(tmp_path / "log")}))
+    cfg = config.load(conf)
+    with ListenerWatch() as watch:
+        records, _ = run_level(cfg, "n1", "standard")
+    by_check = {r["check"]: r for r in records}
+    assert by_check["allreduce"]["verdict"] != "fail", by_check["allreduce"]
+    assert watch.seen, "the watch saw no listener at all: it would not see an open one either"
+    assert watch.exposed() == [], watch.seen
+
+
+def _secret(folder: Path, name: str, value: str) -> str:
+    path = folder / name
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.write(fd, value.encode())
+    os.close(fd)
+    return str(path)
+
+
+def test_a_member_without_the_secret_cannot_join_or_read_the_store(tmp_path):
+    from airlock import dist
+    from airlock.dist import rendezvous
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    secret = b"k" * 64
+    rv = rendezvous.host("127.0.0.1", port, 2, 20.0, secret)
+    try:
+        rv.store.set("airlock/x", "trusted")
+        # a member with the wrong secret is refused before its first byte of store traffic
+        with pytest.raises(rendezvous.RendezvousError, match="refused this node's secret"):
+            rendezvous.member("127.0.0.1", port, 5.0, b"w" * 64)
+        # a plain torch client (no secret at all) cannot read or write a key
+        import torch.distributed as tdist
+
+        with pytest.raises(Exception):  # noqa: B017 - torch raises its own DistStoreError
+            c = tdist.TCPStore("127.0.0.1", port, 2, False,
+                               timeout=datetime.timedelta(seconds=3))
+            c.set("airlock/x", "poisoned")
+        assert rv.store.get("airlock/x") == b"trusted" and rv.refused >= 2
+        # the right secret gets through, and reaches the real store
+        good = rendezvous.member("127.0.0.1", port, 5.0, secret)
+        try:
+            assert rendezvous.connect(good.spec, 2, 5.0).get("airlock/x") == b"trusted"
+        finally:
+            good.close()
+    finally:
+        rv.close()
+    # the launcher refuses a multi-node group with no secret at all
+    with pytest.raises(rendezvous.RendezvousError, match="needs the run's secret"):
+        dist.launch("127.0.0.1", port, 4, 2, 2, dist.SweepParams([1024], timeout=5))
+
+
+def test_secret_file_must_be_root_only(tmp_path):
+    from airlock.dist import rendezvous
+
+    path = _secret(tmp_path, "s", "z" * 64)
+    assert rendezvous.read_secret_file(path) == b"z" * 64
+    os.chmod(path, 0o644)
+    with pytest.raises(rendezvous.RendezvousError, match="mode 0644, must be 0600"):
+        rendezvous.read_secret_file(path)
+    os.chmod(path, 0o600)
+    os.chown(path, NOBODY, NOBODY)
+    with pytest.raises(rendezvous.RendezvousError, match=f"owned by uid {NOBODY}"):
+        rendezvous.read_secret_file(path)
+    os.symlink(path, tmp_path / "link")
+    with pytest.raises(rendezvous.RendezvousError):
+        rendezvous.read_secret_file(str(tmp_path / "link"))
+
+
+def test_worker_with_a_wrong_secret_is_refused_end_to_end(tmp_path):
+    """Two real launchers (`python -m airlock.dist worker`): the member with the wrong secret
+    stops at the rendezvous, naming why; the host counts the refused connection."""
+    from airlock import dist
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if k not in ("AIRLOCK_CONFIG", "AIRLOCK_FAULTS")}
+    env["AIRLOCK_CONFIG"] = "/nonexistent/airlock.toml"
+    common = {"master_addr": "127.0.0.1", "master_port": port, "world_size": 2,
+              "local_ranks": 1, "sizes": [64 << 10], "iters": 2, "timeout": 8, "faults": ""}
+    host = subprocess.Popen(dist.worker_argv(rank_offset=0, host_store=True, node="a",
+                                             secret_file=_secret(tmp_path, "a", "r" * 64),
+                                             **common),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    member = subprocess.Popen(dist.worker_argv(rank_offset=1, node="b",
+                                               secret_file=_secret(tmp_path, "b", "w" * 64),
+                                               **common),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    outs = [p.communicate(timeout=180)[0] for p in (host, member)]
+    h, m = (dist.parse_report(o) for o in outs)
+    assert m["errors"] == {"1": "rendezvous: the group's host refused this node's secret"}
+    assert h["timed_out"] and h.get("refused", 0) >= 1 and not h["ranks"]
+
+
+# --- 7. parse errors are AirlockErrors -----------------------------------------------------------
+def test_parse_errors_are_one_line_airlock_errors():
+    from airlock import dist
+
+    for bad in ("12Q", "1M,", "big"):
+        with pytest.raises(AirlockError) as exc:
+            dist.parse_sizes(bad)
+        assert "\n" not in str(exc.value)
+    with pytest.raises(AirlockError, match="cannot write"):
+        render.toml_value(object())
+
+
+def test_dist_worker_cli_bad_input_is_one_line():
+    out = subprocess.run([sys.executable, "-m", "airlock.dist", "worker", "--master-addr",
+                          "127.0.0.1", "--master-port", "1", "--world-size", "2",
+                          "--rank-offset", "0", "--local-ranks", "1", "--sizes", "x"],
+                         capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "AIRLOCK_CONFIG": "/nonexistent"})
+    assert out.returncode == 1 and out.stderr.strip().count("\n") == 0, out.stderr
+    assert "not a list of sizes" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_batches_live_under_the_shared_root_never_a_node_placeholder(tmp_path):
+    """Issue 12: with shared_dir = <root>/{node}, batches went to a folder literally named
+    {node}; they belong beside the nodes' folders, under the configured root."""
+    cfg = cfg_for(tmp_path, shared="shared/{node}")
+    root = paths.shared_root(cfg.shared_dir)
+    assert root == tmp_path / "shared"
+    b = Batch(root, "aaa", "127.0.0.1", 0.1, 5.0, report=lambda m: None)
+    assert b.arrive("20260101T000000-1-aaa")
+    assert (tmp_path / "shared" / ".batches" / "arrivals" / "aaa.json").exists()
+    assert not any("{node}" in str(p) for p in tmp_path.rglob("*"))
