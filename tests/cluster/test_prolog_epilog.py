@@ -116,3 +116,31 @@ def test_epilog_finds_memory_not_freed(cluster):
     finally:
         cluster.set_node_sim("node2", gpus=healthy_gpus(8))
         cluster.slurm.resume("node2")
+
+
+@pytest.mark.parametrize("fault, reason", [
+    ({"xids": [{"xid": 79}]}, "airlock: FAIL xid_during_job xid 79 on gpu3 during the job"),
+    ({"ecc_volatile_uncorrected_dram": 2},
+     "airlock: FAIL ecc_during_job gpu3 +2 uncorrectable DRAM ECC during the job"),
+])
+def test_epilog_compares_against_the_prolog_snapshot(cluster, fault, reason):
+    """The path from the prolog's snapshot to the epilog: a fault that appears while the job
+    runs is caught after it, by comparison with the counters the prolog saved."""
+    _wait_idle(cluster, ["node2"])
+    job = cluster.sbatch("sleep 8", "-w", "node2")
+    snap = cluster.root / "airlock" / "state" / "node2" / "jobs" / f"{job}.json"
+    cluster.wait(snap.exists, 30, "the prolog's GPU snapshot")
+    gpus = healthy_gpus(8)
+    if "xids" in fault:
+        gpus[3]["xids"] = [{"xid": 79, "time": time.time(), "gpu": 3}]
+    else:
+        gpus[3].update(fault)
+    cluster.set_node_sim("node2", gpus=gpus)
+    try:
+        node = cluster.wait(lambda: (lambda n: n if n.reason.startswith("airlock: FAIL") else None)
+                            (cluster.node("node2")), 40, "node2 drained by the epilog")
+        assert node.reason == f"{reason} (epilog job {job})"
+        assert not snap.exists()  # the epilog consumed it
+    finally:
+        cluster.set_node_sim("node2", gpus=healthy_gpus(8))
+        cluster.slurm.resume("node2")
