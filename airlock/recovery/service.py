@@ -12,10 +12,8 @@ Every event is a JSON line on stdout and a history row.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import signal
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,13 +23,14 @@ from airlock.errors import AirlockError
 from airlock.recovery import machine as m
 from airlock.recovery import policy as policy_mod
 from airlock.recovery import store as st
+from airlock.recovery.journal import Journal
 from airlock.recovery.providers import (
     ERROR,
     ISSUED,
     REFUSED,
+    ActionTarget,
     Provider,
     Result,
-    Target,
     recover_reason,
 )
 
@@ -42,14 +41,9 @@ class PollReport:
     events: list[tuple[str, str, str]] = field(default_factory=list)
     started: list[tuple[str, str, str]] = field(default_factory=list)  # node, action, status
     held: list[tuple[str, str, str]] = field(default_factory=list)
+    stuck: dict[str, tuple[str, float]] = field(default_factory=dict)  # node: (reason, since)
     breaker: str = ""
     error: str = ""
-
-
-def emit(out, **fields) -> None:
-    fields = {"ts": round(time.time(), 3), **fields}
-    out.write(json.dumps(fields, sort_keys=False) + "\n")
-    out.flush()
 
 
 def crash_point(name: str, action: str = "") -> None:
@@ -62,17 +56,24 @@ def crash_point(name: str, action: str = "") -> None:
 
 
 class Service:
-    def __init__(self, cfg, slurm, store: st.RecoveryStore, rebooter: Provider, replacer: Provider,
-                 dry_run: bool = False, clock: Callable[[], float] = time.time, out=None):
-        self.rc = cfg.recovery
+    """cfg: the whole config (its [recovery] section, and [registration] suite_timeout for
+    stuck nodes). The providers and the journal are built first (the providers report
+    through the journal) and passed in."""
+
+    def __init__(self, cfg, slurm, store: st.RecoveryStore, rebooter: Provider,
+                 replacer: Provider, journal: Journal, dry_run: bool = False,
+                 clock: Callable[[], float] = time.time):
+        self.settings = cfg.recovery
         self.slurm = slurm
         self.store = store
         self.rebooter = rebooter
         self.replacer = replacer
-        self.policy = policy_mod.load(self.rc.policy)
-        self.dry_run = dry_run or self.rc.dry_run
+        self.journal = journal
+        self.policy = policy_mod.load(self.settings.policy)
+        self.dry_run = dry_run or self.settings.dry_run
         self.clock = clock
-        self.out = out or sys.stdout
+        self.stuck_after = cfg.registration.suite_timeout + self.settings.stuck_grace
+        self.started = clock()
 
     def provider(self, action: str) -> Provider:
         return self.rebooter if action == "reboot" else self.replacer
@@ -80,61 +81,42 @@ class Service:
     def owns_reason(self, reason: str) -> bool:
         return self.replacer.owns_reason(reason) or self.rebooter.owns_reason(reason)
 
-    def log(self, node: str, event: str, detail: str, action_id: int | None = None,
-            record: bool = True) -> None:
-        emit(self.out, node=node, event=event, detail=detail,
-             **({"action_id": action_id} if action_id else {}))
-        if record and not self.dry_run:
-            self.store.event(node, event, detail, action_id)
-
-    def record(self, node: str, event: str, detail: str) -> None:
-        """Providers report retries and API errors here (history + log line)."""
-        self.log(node, event, detail)
-
     # --- the poll ------------------------------------------------------------------------
     def poll(self) -> PollReport:
         rep = PollReport()
+        emit = self.journal.emit
         try:
             nodes = self.slurm.nodes()
         except AirlockError as exc:
             rep.error = str(exc)
-            emit(self.out, node="*", event="slurm_error", detail=str(exc))
+            emit(node="*", event="slurm_error", detail=str(exc))
+            self.beat()
             return rep
         obs = {n.name: m.Obs.from_node(n) for n in nodes}
         rep.nodes = len(obs)
         if not self.dry_run:
             self.answer_intents(obs)
         now = self.clock()
+        rep.stuck = m.stuck_nodes(obs.values(), now, self.stuck_after)
         cases = self.store.cases()
-        ledger = self.store.ledger(now, self.rc.rate_window, self.rc.breaker_window)
-        d = m.decide(cases, list(obs.values()), now, self.policy, self.rc, ledger,
+        ledger = self.store.ledger(now, self.settings.rate_window, self.settings.breaker_window)
+        d = m.decide(cases, list(obs.values()), now, self.policy, self.settings, ledger,
                      self.owns_reason)
         rep.events, rep.held, rep.breaker = d.events, d.held, d.trip or ledger.breaker_why
         if self.dry_run:
-            for node, event, detail in d.events:
-                emit(self.out, node=node, event=event, detail=detail, dry_run=True)
-            if d.detections and not d.trip:
-                # New cases act on a later poll: show what that poll would start.
-                later = dataclasses.replace(ledger, detections=ledger.detections + d.detections)
-                d = m.decide(d.cases, list(obs.values()), now + self.rc.detect_grace,
-                             self.policy, self.rc, later, self.owns_reason)
-            for node, action in d.starts:
-                emit(self.out, node=node, event="would_" + action, dry_run=True,
-                     detail=f"class {d.cases[node].failure_class}, rung "
-                            f"{d.cases[node].step + 1}/{len(d.cases[node].ladder)}")
-                rep.started.append((node, action, "dry-run"))
-            for node, action, why in d.held:
-                emit(self.out, node=node, event="held", detail=f"{action}: {why}", dry_run=True)
-            if d.trip:
-                emit(self.out, node="*", event="breaker_open", detail=d.trip, dry_run=True)
+            later = self.show_dry_run(d, obs, ledger, now)
+            for node, (reason, since) in sorted(rep.stuck.items()):
+                emit(node=node, event="stuck", detail=self.stuck_detail(reason, since, now),
+                     dry_run=True)
+            rep.started = [(n, a, "dry-run") for n, a in later.starts]
             return rep
-        targets = self.commit_decision(cases, d, now)
+        targets, tripped = self.commit_decision(cases, d, now, ledger, rep.stuck)
         for node, event, detail in d.events:
-            emit(self.out, node=node, event=event, detail=detail)
-        if d.trip:
-            emit(self.out, node="*", event="breaker_open", detail=d.trip)
+            emit(node=node, event=event, detail=detail)
+        if tripped:
+            emit(node="*", event="breaker_open", detail=d.trip)
         for node, action, why in d.held:
-            emit(self.out, node=node, event="held", detail=f"{action}: {why}")
+            emit(node=node, event="held", detail=f"{action}: {why}")
         for case in d.cases.values():
             if case.state == m.REPLACE_REQUESTED and case.node not in [t.node for _, t in targets]:
                 self.follow_up(case, obs.get(case.node))
@@ -152,16 +134,56 @@ class Service:
                 rep.started.append((t.node, action, res.status))
         return rep
 
-    def send(self, action: str, batch: list[Target]) -> dict[str, Result]:
+    def beat(self) -> None:
+        """Count this poll in the database: proof for people and tests that the service is
+        alive and polling, also while it has nothing to do."""
+        if not self.dry_run:
+            with self.store.tx() as db:
+                self.store.beat(db, os.getpid(), self.started, self.clock())
+
+    @staticmethod
+    def stuck_detail(reason: str, since: float, now: float) -> str:
+        return (f"{reason!r} for {now - since:.0f}s (since {m.format_slurm_time(since)}); "
+                "the node's hook re-runs or fails it")
+
+    def show_dry_run(self, d: m.Decision, obs: dict[str, m.Obs], ledger: m.Ledger,
+                     now: float) -> m.Decision:
+        """Print what this poll would do; returns the decision whose starts it printed."""
+        emit = self.journal.emit
+        for node, event, detail in d.events:
+            emit(node=node, event=event, detail=detail, dry_run=True)
+        later = d
+        if d.detections and not d.trip:
+            # New cases act on a later poll: show what that poll would start.
+            seen = dataclasses.replace(ledger, detections=ledger.detections + d.detections)
+            later = m.decide(d.cases, list(obs.values()), now + self.settings.detect_grace,
+                             self.policy, self.settings, seen, self.owns_reason)
+        for node, action in later.starts:
+            case = later.cases[node]
+            emit(node=node, event="would_" + action, dry_run=True,
+                 detail=f"class {case.failure_class}, rung {case.step + 1}/{len(case.ladder)}")
+        for node, action, why in later.held:
+            emit(node=node, event="held", detail=f"{action}: {why}", dry_run=True)
+        if later.trip:
+            emit(node="*", event="breaker_open", detail=later.trip, dry_run=True)
+        return later
+
+    def send(self, action: str, batch: list[ActionTarget]) -> dict[str, Result]:
         try:
             return self.provider(action).submit(action, batch)
         except AirlockError as exc:
             return {t.node: Result(ERROR, str(exc)) for t in batch}
 
-    def commit_decision(self, before: dict[str, m.Case], d: m.Decision,
-                        now: float) -> list[tuple[str, Target]]:
+    def commit_decision(self, before: dict[str, m.Case], d: m.Decision, now: float,
+                        ledger: m.Ledger | None = None,
+                        stuck: dict[str, tuple[str, float]] | None = None,
+                        ) -> tuple[list[tuple[str, ActionTarget]], bool]:
+        """Write the decision in one transaction; returns the actions to send now, and whether
+        this poll opened the breaker."""
         targets = []
         starting = {n for n, _ in d.starts}
+        tripped = False
+        notes: list[tuple[str, str, str]] = []
         with self.store.tx() as db:
             for node in sorted(d.changed):
                 case = d.cases[node]
@@ -174,8 +196,8 @@ class Service:
                     aid, rid = self.store.add_action(db, node, case.action, via,
                                                      case.boot_before, now)
                     case = d.cases[node] = dataclasses.replace(case, action_id=aid)
-                    targets.append((case.action, Target(node, rid,
-                                                        recover_reason(case.action, rid))))
+                    targets.append((case.action, ActionTarget(
+                        node, rid, recover_reason(case.action, rid))))
                     self.store.add_event(db, node, "request",
                                          f"{case.action} via {via} request {rid}", now, aid)
                 self.store.put_case(db, case, now)
@@ -184,13 +206,44 @@ class Service:
             for node, check, ts in d.detections:
                 self.store.add_detection(db, node, check, ts)
             if d.trip:
-                self.store.open_breaker(db, d.trip, now)
-                self.store.add_event(db, "*", "breaker_open", d.trip, now)
+                reset_at = float(self.store.breaker()["reset_at"] or 0)
+                if ledger is not None and reset_at > ledger.breaker_reset_at:
+                    # An operator reset the breaker after this poll read it: the reset wins,
+                    # and the next poll counts failures from the reset on.
+                    notes.append(("*", "breaker_trip_dropped",
+                                  f"{d.trip}; reset by an operator during this poll"))
+                else:
+                    self.store.open_breaker(db, d.trip, now)
+                    self.store.add_event(db, "*", "breaker_open", d.trip, now)
+                    tripped = True
+            if stuck is not None:
+                notes += self.commit_stuck(db, stuck, now)
+            for node, event, detail in notes:
+                self.store.add_event(db, node, event, detail, now)
+            self.store.beat(db, os.getpid(), self.started, now)
         for action, t in targets:
-            emit(self.out, node=t.node, event="request", detail=f"{action} {t.request_id}")
-        return targets
+            self.journal.emit(node=t.node, event="request", detail=f"{action} {t.request_id}")
+        for node, event, detail in notes:
+            self.journal.emit(node=node, event=event, detail=detail)
+        return targets, tripped
 
-    def apply_result(self, t: Target, action: str, res: Result, note: str = "") -> None:
+    def commit_stuck(self, db, stuck: dict[str, tuple[str, float]],
+                     now: float) -> list[tuple[str, str, str]]:
+        """Record which nodes are stuck in a check; an event when one becomes stuck (or stuck
+        with another reason) and when it stops being stuck, not on every poll."""
+        events = []
+        known = self.store.stuck()
+        for node, (reason, since) in sorted(stuck.items()):
+            old = known.get(node)
+            if old is None or old["reason"] != reason or old["since"] != since:
+                events.append((node, "stuck", self.stuck_detail(reason, since, now)))
+            self.store.put_stuck(db, node, reason, since, now)
+        for node in sorted(set(known) - set(stuck)):
+            self.store.drop_stuck(db, node)
+            events.append((node, "unstuck", f"no longer stuck in {known[node]['reason']!r}"))
+        return events
+
+    def apply_result(self, t: ActionTarget, action: str, res: Result, note: str = "") -> None:
         now = self.clock()
         aid = int(t.request_id.split("-")[1])
         with self.store.tx() as db:
@@ -207,26 +260,28 @@ class Service:
                 elif res.status == ERROR:
                     case = case.to(m.DETECTED, now, note=f"{action} failed: {res.message}")
                 self.store.put_case(db, case, now)
-        emit(self.out, node=t.node, event=event, detail=f"{action}: {res.message}{note}",
-             action_id=aid)
+        self.journal.emit(node=t.node, event=event, detail=f"{action}: {res.message}{note}",
+                          action_id=aid)
 
     def answer_intents(self, obs: dict[str, m.Obs]) -> None:
         for a in self.store.actions(status=st.INTENT):
             o = obs.get(a["node"])
-            t = Target(a["node"], a["request_id"], recover_reason(a["kind"], a["request_id"]))
+            t = ActionTarget(a["node"], a["request_id"],
+                             recover_reason(a["kind"], a["request_id"]))
             prov = self.provider(a["kind"])
-            booted = o is not None and o.boot_time and o.boot_time != a["boot_before"]
+            booted = o is not None and m.is_new_boot(o.boot_time, a["boot_before"],
+                                                     a["created"], self.settings)
             try:
                 happened = booted or prov.lookup(a["kind"], t, o)
             except AirlockError as exc:
-                self.log(a["node"], "lookup_error", str(exc), a["id"])
+                self.journal.log(a["node"], "lookup_error", str(exc), a["id"])
                 continue
             if happened:
                 self.apply_result(t, a["kind"], Result(ISSUED, "already done before a restart"),
                                   " (found after restart)")
                 continue
-            self.log(a["node"], "resend", f"{a['kind']} {a['request_id']} was not sent before "
-                                          "a restart; sending it now", a["id"])
+            self.journal.log(a["node"], "resend", f"{a['kind']} {a['request_id']} was not sent "
+                                                  "before a restart; sending it now", a["id"])
             res = self.send(a["kind"], [t]).get(t.node, Result(ERROR, "no answer"))
             self.apply_result(t, a["kind"], res, " (after restart)")
 
@@ -234,10 +289,10 @@ class Service:
         try:
             done = self.replacer.progress(case, o)
         except AirlockError as exc:
-            self.log(case.node, "follow_up_error", str(exc), case.action_id)
+            self.journal.log(case.node, "follow_up_error", str(exc), case.action_id)
             return
         if done:
-            self.log(case.node, "follow_up", done, case.action_id)
+            self.journal.log(case.node, "follow_up", done, case.action_id)
 
     # --- the service loop ----------------------------------------------------------------
     def run(self, interval: float, stop: Callable[[], bool], once: bool = False) -> PollReport:
