@@ -263,7 +263,7 @@ def _srun_error(err: str, out: str, node: str, rc: int) -> str:
     lines = [line.strip() for line in (err or out or "").splitlines() if line.strip()]
     mine = [line for line in lines if node in line]
     text = (mine or lines or [f"exit {rc}"])[-1]
-    return text[:160]
+    return text.removeprefix("srun: ").removeprefix("error: ")[:160]
 
 
 @dataclass
