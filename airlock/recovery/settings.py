@@ -115,7 +115,7 @@ class RecoverySection:
     boot_skew: float = 10.0
     # A node pending/checking longer than [registration] suite_timeout plus this is reported
     # as stuck (an event and `airlock recover --show`); the service does not act on it.
-    stuck_grace: float = 600.0
+    stuck_grace: float = 300.0
     http: HttpSettings = field(default_factory=HttpSettings)
     command: CommandSettings = field(default_factory=CommandSettings)
     aws_hyperpod: HyperpodSettings = field(default_factory=HyperpodSettings)

@@ -151,7 +151,7 @@ def test_a_slurmd_restart_is_not_the_reboot():
 
 def test_stuck_pending_or_checking_is_reported_after_suite_timeout_plus_grace():
     now = 100_000.0
-    after = 1800 + 600
+    after = 1800 + 300  # [registration] suite_timeout + [recovery] stuck_grace
     old, fresh = boot(now - after - 5), boot(now - after + 5)
     pending = "airlock: pending standard check boot"
     checking = "airlock: checking standard"
