@@ -293,7 +293,7 @@ def run_group(cfg, nodes_expr: str | None = None, partition: str | None = None,
               only: list[str] | None = None, echo=None) -> GroupReport:
     echo = echo or (lambda msg: print(msg, file=sys.stderr, flush=True))
     slurm = Slurm.from_config(cfg)
-    oc = cfg.ondemand
+    settings = cfg.ondemand
     started = time.time()
     nodes = select_targets(slurm, nodes_expr, partition, feature)
     targets = {n.name: GroupTarget(n.name, n.address or n.hostname or n.name) for n in nodes}
@@ -308,28 +308,29 @@ def run_group(cfg, nodes_expr: str | None = None, partition: str | None = None,
     usable = [n.name for n in nodes if targets[n.name].status == "pending"]
     if not usable:
         return report()
-    budget_min = int(wait_jobs_min + (oc.level_timeout + 4 * oc.group_timeout) / 60) + 5
-    res = Reservation(slurm, oc.reservation)
-    res.create(usable, budget_min)
-    echo(f"airlock: isolated {collect(usable)} (reservation {oc.reservation})")
+    group_s = settings.group_timeout + GroupTester.SRUN_MARGIN_S
+    budget_min = int(wait_jobs_min + (settings.level_timeout + 4 * group_s) / 60) + 5
+    reservation = Reservation(slurm, settings.reservation)
+    reservation.create(usable, budget_min)
+    echo(f"airlock: isolated {collect(usable)} (reservation {settings.reservation})")
     try:
-        ready = _wait_idle(slurm, usable, wait_jobs_min * 60, oc.poll_interval, echo)
+        ready = _wait_idle(slurm, usable, wait_jobs_min * 60, settings.poll_interval, echo)
         for name in usable:
             if name not in ready:
                 targets[name].status = "skipped"
                 targets[name].why = f"busy: job still running after {wait_jobs_min:g} min"
         if not ready:
             return report()
-        res.shrink(ready)
-        launcher = Launcher(cfg, slurm, oc.reservation)
+        reservation.shrink(ready)
+        launcher = Launcher(cfg, slurm, settings.reservation)
         local_only = [o for o in only or [] if o != GROUP_CHECK]
         passed = _local_level(cfg, launcher, targets, ready, level, local_only, echo)
         want_group = not only or GROUP_CHECK in only
-        if oc.group and want_group and len(passed) >= 2:
+        if settings.group and want_group and len(passed) >= 2:
             _group(cfg, launcher, targets, passed, level, echo)
         _apply(slurm, targets, echo)
     finally:
-        res.delete()
+        reservation.delete()
     return report()
 
 

@@ -190,9 +190,9 @@ def plan(case: Case | None, obs: Obs | None, now: float, policy, limits,
     if case.state not in AWAITING_BOOT and obs.drained and obs.reason and not ours:
         return Step(case.to(RELEASED, now, note="foreign drain"),
                     [("released", f"foreign reason {obs.reason!r}: hands off")])
-    st = case.state
+    state = case.state
 
-    if st == DETECTED:
+    if state == DETECTED:
         if obs.free:
             return Step(case.to(RELEASED, now, note="resumed by someone else"),
                         [("released", "node back in service without Airlock: hands off")])
@@ -209,9 +209,9 @@ def plan(case: Case | None, obs: Obs | None, now: float, policy, limits,
             return Step(case)
         return Step(case, want=action)
 
-    if st in AWAITING_BOOT:
+    if state in AWAITING_BOOT:
         if is_new_boot(obs.boot_time, case.boot_before, case.since, limits):
-            nxt = REBOOTED if st == REBOOT_REQUESTED else REPLACED
+            nxt = REBOOTED if state == REBOOT_REQUESTED else REPLACED
             return Step(case.to(nxt, now), [("booted", f"new boot {obs.boot_time} after "
                                                         f"{case.action}")])
         if obs.free and not (obs.flags & REBOOT_FLAGS) and case.action == "reboot":
@@ -219,7 +219,7 @@ def plan(case: Case | None, obs: Obs | None, now: float, policy, limits,
                         [("released", "resumed before the reboot happened: hands off")])
         return _boot_timeout(case, now, limits) or Step(case)
 
-    if st in AWAITING_VERDICT:
+    if state in AWAITING_VERDICT:
         if obs.failing:
             return _escalate(case, now, f"failed again after {case.action}: "
                                         f"{obs.parsed.subject} {obs.parsed.detail}".strip())
@@ -230,7 +230,7 @@ def plan(case: Case | None, obs: Obs | None, now: float, policy, limits,
             return _escalate(case, now, f"no verdict {limits.verdict_timeout:g}s after the boot")
         return Step(case)
 
-    if st == HEALTHY:
+    if state == HEALTHY:
         if obs.failing:
             return _escalate(case, now, f"failed again within the window: "
                                         f"{obs.parsed.subject} {obs.parsed.detail}".strip())
@@ -238,7 +238,7 @@ def plan(case: Case | None, obs: Obs | None, now: float, policy, limits,
             return Step(case.to(DONE, now), [("done", "stayed healthy through the window")])
         return Step(case)
 
-    if st == MANUAL:
+    if state == MANUAL:
         if obs.free:
             return Step(case.to(RELEASED, now, note="resumed by a person"),
                         [("released", "a person returned the node to service")])
