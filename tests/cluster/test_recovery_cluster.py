@@ -39,6 +39,9 @@ def recovery_config(tmp_path, cloud: FakeCloud, level: str = "quick", **over) ->
         "replace_timeout": 45.0,
         "verdict_timeout": 60.0,
         "refail_window": 30.0,
+        # The dev cluster's machines boot within seconds (a replacement can boot 3 s after the
+        # reboot before it); real ones take minutes. 2 s still tells a slurmd restart (1 s).
+        "boot_shift_min": 2.0,
         "http": {"url": cloud.url, "token_file": str(token), "timeout": 1.0, "retries": 3,
                  "backoff": 0.1, "backoff_max": 1.0},
     }
