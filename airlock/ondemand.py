@@ -123,7 +123,7 @@ def unusable(node: Node) -> str:
     """Why a node cannot be checked now ("" when it can)."""
     if node.foreign_drain:
         return f"drained by someone else: {node.reason!r}"
-    parsed = reasons.parse(node.reason)
+    parsed = node.claim  # a reason left on a resumed node (Slurm 23.11+) is no claim
     if parsed is not None and parsed.state in ("pending", "checking"):
         return "registration check in progress"
     if parsed is not None:
