@@ -5,6 +5,10 @@ the suspects and test the parts (each part padded with a known-good node when it
 since a collective needs two members); a part that passes clears all its members. A node is
 blamed only when a test it shares with nothing but known-good nodes fails. When no known-good
 node exists to pair with, the remaining suspects are reported as inconclusive, never drained.
+
+A test may also answer None: no verdict (a member never reported: a launch failure, an srun
+error). That says nothing about any node, so the search stops there: nodes already cleared stay
+good, nodes already blamed (on verdicts) stay bad, and every other suspect is inconclusive.
 """
 
 from __future__ import annotations
@@ -12,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-GroupTest = Callable[[list[str]], bool]  # True when the collective over these nodes passes
+# True when the collective over these nodes passes, False when it fails, None: no verdict.
+GroupTest = Callable[[list[str]], "bool | None"]
 
 
 @dataclass
@@ -20,7 +25,12 @@ class Search:
     bad: list[str] = field(default_factory=list)
     good: list[str] = field(default_factory=list)
     inconclusive: list[str] = field(default_factory=list)
-    tests: list[tuple[list[str], bool]] = field(default_factory=list)
+    tests: list[tuple[list[str], bool | None]] = field(default_factory=list)
+    no_verdict: bool = False  # the search stopped at a test without a verdict
+
+
+class _NoVerdict(Exception):
+    pass
 
 
 def find_culprits(suspects: Sequence[str], test: GroupTest,
@@ -29,10 +39,22 @@ def find_culprits(suspects: Sequence[str], test: GroupTest,
     """confirm: re-runs of a failing pairing before its suspect is blamed (a loaded network or
     a slow rendezvous must not get a healthy node drained)."""
     s = Search(good=list(known_good))
+    try:
+        _search(s, list(suspects), test, max_tests, confirm)
+    except _NoVerdict:
+        s.no_verdict = True
+        decided = set(s.good) | set(s.bad)
+        s.inconclusive = [n for n in suspects if n not in decided]
+    return s
 
+
+def _search(s: Search, suspects: list[str], test: GroupTest, max_tests: int,
+            confirm: int) -> None:
     def run(nodes: list[str]) -> bool:
         ok = test(nodes)
         s.tests.append((list(nodes), ok))
+        if ok is None:
+            raise _NoVerdict
         return ok
 
     def reference() -> str | None:
@@ -48,7 +70,7 @@ def find_culprits(suspects: Sequence[str], test: GroupTest,
                 return
         s.bad.append(node)
 
-    pending = [list(suspects)]
+    pending = [suspects]
     while pending:
         part = pending.pop(0)
         if len(s.tests) >= max_tests:
@@ -89,4 +111,3 @@ def find_culprits(suspects: Sequence[str], test: GroupTest,
             s.inconclusive.append(node)
         else:
             blame(node, ref)
-    return s

@@ -13,15 +13,22 @@ How it works, and why:
 * Then a multi-node all-reduce across the nodes that passed (torch.distributed: NCCL on GPUs,
   gloo on CPU; rendezvous on the first target). If it fails or is slow, airlock.culprit splits
   the group and re-pairs suspects with known-good nodes, so only the bad node(s) are blamed.
-* Failing nodes are drained with `airlock: FAIL <check> <detail>`; the reservation is deleted,
-  which returns the passing nodes to service. Exit 0: all passed; 1: some failed; 3: nothing
-  failed but some nodes were skipped or inconclusive.
+* A node is drained (`airlock: FAIL <check> <detail>`) only on a verdict: its own worker's
+  FAIL, or a culprit confirmed by the group search. A node that gave no verdict of its own
+  (srun could not launch on it, a timeout, an srun error) is inconclusive and never drained:
+  Airlock's or Slurm's trouble must not take a healthy node out of service.
+* The reservation is deleted, which returns the passing nodes to service. Exit 0: all passed;
+  1: some failed; 3: nothing failed but some nodes were skipped or inconclusive.
+
+This module returns a GroupReport; airlock.cli.check prints it (table or JSON). The workers'
+own entry point (`python -m airlock.ondemand node-worker|group-worker`) is plain argparse.
 """
 
 from __future__ import annotations
 
+import argparse
 import getpass
-import json
+import math
 import os
 import random
 import subprocess
@@ -29,8 +36,6 @@ import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
-
-import click
 
 from airlock import finish, paths, protocol, reasons
 from airlock.culprit import find_culprits
@@ -55,10 +60,21 @@ class OndemandSection:
     poll_interval: float = 2.0
 
     def validate(self) -> None:
-        if self.level_timeout <= 0 or self.group_timeout <= 0:
-            raise ValueError("level_timeout/group_timeout: must be > 0")
-        if len(self.port_range) != 2 or not 1024 <= self.port_range[0] <= self.port_range[1]:
-            raise ValueError("port_range: must be [low, high] with 1024 <= low <= high")
+        for name in ("level_timeout", "group_timeout", "poll_interval"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"{name}: must be a finite number > 0")
+        if not (math.isfinite(self.group_busbw_floor_gbps) and self.group_busbw_floor_gbps >= 0):
+            raise ValueError("group_busbw_floor_gbps: must be a finite number >= 0")
+        if not self.group_sizes_mb:
+            raise ValueError("group_sizes_mb: needs at least one message size")
+        if not all(math.isfinite(mb) and mb > 0 for mb in self.group_sizes_mb):
+            raise ValueError("group_sizes_mb: every size must be a finite number of MB > 0")
+        if self.max_group_tests < 1:
+            raise ValueError("max_group_tests: must be >= 1")
+        if len(self.port_range) != 2 or not 1024 <= self.port_range[0] <= self.port_range[1] \
+                or self.port_range[1] > 65535:
+            raise ValueError("port_range: must be [low, high] with 1024 <= low <= high <= 65535")
 
 
 class Busy(AirlockError):
@@ -66,7 +82,9 @@ class Busy(AirlockError):
 
 
 @dataclass
-class Target:
+class GroupTarget:
+    """One node of an on-demand check and what became of it."""
+
     name: str
     addr: str
     status: str = "pending"  # pass | fail | skipped | inconclusive
@@ -105,7 +123,7 @@ def unusable(node: Node) -> str:
     """Why a node cannot be checked now ("" when it can)."""
     if node.foreign_drain:
         return f"drained by someone else: {node.reason!r}"
-    parsed = reasons.parse(node.reason)
+    parsed = node.claim  # a reason left on a resumed node (Slurm 23.11+) is no claim
     if parsed is not None and parsed.state in ("pending", "checking"):
         return "registration check in progress"
     if parsed is not None:
@@ -190,7 +208,13 @@ class Launcher:
 
 
 class GroupTester:
-    """One multi-node all-reduce over a list of nodes: True when it passes."""
+    """One multi-node all-reduce over a list of nodes: True when it passes, False when a member
+    reported a failure, None when there is no verdict (a member never reported: srun could not
+    launch it, or it timed out), so that the culprit search blames nobody for it."""
+
+    # The members' own time limit (the group timeout, plus 30 s to collect their launcher)
+    # ends before srun's, so that a hung collective comes back as the members' verdict.
+    SRUN_MARGIN_S = 60.0
 
     def __init__(self, cfg, launcher: Launcher, addrs: dict[str, str], level: str,
                  secret_file: str = ""):
@@ -202,7 +226,7 @@ class GroupTester:
         self.runs: list[dict[str, Any]] = []
         self.count = 0
 
-    def __call__(self, nodes: list[str]) -> bool:
+    def __call__(self, nodes: list[str]) -> bool | None:
         self.count += 1
         low, high = self.cfg.ondemand.port_range
         port = random.randint(low, high)
@@ -211,16 +235,21 @@ class GroupTester:
                 "--nodes", ",".join(nodes), "--level", self.level]
         if self.secret_file:
             args += ["--secret-file", self.secret_file]
-        rc, out, err = self.launcher.srun(nodes, args, self.cfg.ondemand.group_timeout,
+        rc, out, err = self.launcher.srun(nodes, args,
+                                          self.cfg.ondemand.group_timeout + self.SRUN_MARGIN_S,
                                           f"airlock-group-{self.count}")
         results = protocol.all_of(out, protocol.GROUP)
-        ok = rc == 0 and len(results) == len(nodes) and all(r["ok"] for r in results)
-        detail = next((r["detail"] for r in results if not r["ok"]), "")
-        if rc == 124:
-            detail = "timeout"
-        elif not ok and not detail:
-            tail = (err or out).strip().splitlines()
-            detail = f"launch failed: {tail[-1][:120] if tail else f'exit {rc}'}"
+        silent = [n for n in nodes if n not in {r.get("node") for r in results}]
+        ok: bool | None
+        if silent:
+            ok = None
+            why = "timeout" if rc == 124 else f"srun: {_srun_error(err, out, silent[0], rc)}"
+            detail = f"no verdict from {','.join(silent)} ({why})"
+        else:
+            failed = [r for r in results if not r["ok"]]
+            ok = False if failed else (True if rc == 0 else None)
+            detail = failed[0]["detail"] if failed else (
+                "" if rc == 0 else f"srun exit {rc} after every member passed")
         figures = results[0].get("figures", {}) if results else {}
         own = {r.get("node"): r["detail"] for r in results if not r["ok"]}
         self.runs.append({"nodes": nodes, "ok": ok, "detail": detail, "figures": figures,
@@ -228,46 +257,81 @@ class GroupTester:
         return ok
 
 
+def _srun_error(err: str, out: str, node: str, rc: int) -> str:
+    """The line of srun's output that names this node (it says why the launch failed there),
+    else its last line."""
+    lines = [line.strip() for line in (err or out or "").splitlines() if line.strip()]
+    mine = [line for line in lines if node in line]
+    text = (mine or lines or [f"exit {rc}"])[-1]
+    return text.removeprefix("srun: ").removeprefix("error: ")[:160]
+
+
+@dataclass
+class GroupReport:
+    """What an on-demand check found, node by node (airlock.cli.check prints it)."""
+
+    level: str
+    started_at: float
+    finished_at: float
+    targets: list[GroupTarget]
+
+    @property
+    def exit_code(self) -> int:
+        statuses = {t.status for t in self.targets}
+        if "fail" in statuses:
+            return EXIT_FAIL
+        return EXIT_PARTIAL if statuses & {"skipped", "inconclusive"} else EXIT_PASS
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": 1, "level": self.level, "started_at": self.started_at,
+                "finished_at": self.finished_at, "exit_code": self.exit_code,
+                "nodes": [t.to_dict() for t in self.targets]}
+
+
 def run_group(cfg, nodes_expr: str | None = None, partition: str | None = None,
               feature: str | None = None, level: str = "standard", wait_jobs_min: float = 10.0,
-              as_json: bool = False, only: list[str] | None = None,
-              echo=None) -> int:
+              only: list[str] | None = None, echo=None) -> GroupReport:
     echo = echo or (lambda msg: print(msg, file=sys.stderr, flush=True))
     slurm = Slurm.from_config(cfg)
-    oc = cfg.ondemand
+    settings = cfg.ondemand
     started = time.time()
     nodes = select_targets(slurm, nodes_expr, partition, feature)
-    targets = {n.name: Target(n.name, n.address or n.hostname or n.name) for n in nodes}
+    targets = {n.name: GroupTarget(n.name, n.address or n.hostname or n.name) for n in nodes}
+
+    def report() -> GroupReport:
+        return GroupReport(level, started, time.time(), list(targets.values()))
+
     for n in nodes:
         why = unusable(n)
         if why:
             targets[n.name].status, targets[n.name].why = "skipped", why
     usable = [n.name for n in nodes if targets[n.name].status == "pending"]
     if not usable:
-        return _finish(targets, started, level, as_json)
-    budget_min = int(wait_jobs_min + (oc.level_timeout + 4 * oc.group_timeout) / 60) + 5
-    res = Reservation(slurm, oc.reservation)
-    res.create(usable, budget_min)
-    echo(f"airlock: isolated {collect(usable)} (reservation {oc.reservation})")
+        return report()
+    group_s = settings.group_timeout + GroupTester.SRUN_MARGIN_S
+    budget_min = int(wait_jobs_min + (settings.level_timeout + 4 * group_s) / 60) + 5
+    reservation = Reservation(slurm, settings.reservation)
+    reservation.create(usable, budget_min)
+    echo(f"airlock: isolated {collect(usable)} (reservation {settings.reservation})")
     try:
-        ready = _wait_idle(slurm, usable, wait_jobs_min * 60, oc.poll_interval, echo)
+        ready = _wait_idle(slurm, usable, wait_jobs_min * 60, settings.poll_interval, echo)
         for name in usable:
             if name not in ready:
                 targets[name].status = "skipped"
                 targets[name].why = f"busy: job still running after {wait_jobs_min:g} min"
         if not ready:
-            return _finish(targets, started, level, as_json)
-        res.shrink(ready)
-        launcher = Launcher(cfg, slurm, oc.reservation)
+            return report()
+        reservation.shrink(ready)
+        launcher = Launcher(cfg, slurm, settings.reservation)
         local_only = [o for o in only or [] if o != GROUP_CHECK]
         passed = _local_level(cfg, launcher, targets, ready, level, local_only, echo)
         want_group = not only or GROUP_CHECK in only
-        if oc.group and want_group and len(passed) >= 2:
+        if settings.group and want_group and len(passed) >= 2:
             _group(cfg, launcher, targets, passed, level, echo)
         _apply(slurm, targets, echo)
     finally:
-        res.delete()
-    return _finish(targets, started, level, as_json)
+        reservation.delete()
+    return report()
 
 
 def _wait_idle(slurm: Slurm, names: list[str], timeout: float, interval: float,
@@ -285,7 +349,7 @@ def _wait_idle(slurm: Slurm, names: list[str], timeout: float, interval: float,
         time.sleep(interval)
 
 
-def _local_level(cfg, launcher: Launcher, targets: dict[str, Target], ready: list[str],
+def _local_level(cfg, launcher: Launcher, targets: dict[str, GroupTarget], ready: list[str],
                  level: str, only: list[str] | None, echo) -> list[str]:
     echo(f"airlock: running level {level} on {collect(ready)}")
     args = ["node-worker", "--level", level]
@@ -298,11 +362,12 @@ def _local_level(cfg, launcher: Launcher, targets: dict[str, Target], ready: lis
         t = targets[name]
         run = runs.get(name)
         if run is None:
-            t.status = "fail"
-            t.failed_check = "ondemand"
-            t.detail = "timeout" if rc == 124 else "no result from node (launch failed)"
-            if rc != 124 and err.strip():
-                t.why = err.strip().splitlines()[-1][:160]
+            # No verdict of the node's own: inconclusive, never drained.
+            t.status = "inconclusive"
+            t.why = ("no result from node: " +
+                     (f"timeout after {cfg.ondemand.level_timeout:g}s" if rc == 124
+                      else f"srun: {_srun_error(err, out, name, rc)}"))
+            echo(f"airlock: {name}: {t.why}")
             continue
         t.run = run
         t.duration_s = run.get("duration_s", 0.0)
@@ -332,8 +397,8 @@ def _group_secret(cfg, launcher: Launcher) -> tuple[str, str]:
     return str(path), name
 
 
-def _group(cfg, launcher: Launcher, targets: dict[str, Target], passed: list[str], level: str,
-           echo) -> None:
+def _group(cfg, launcher: Launcher, targets: dict[str, GroupTarget], passed: list[str],
+           level: str, echo) -> None:
     try:
         secret_file, folder = _group_secret(cfg, launcher)
     except OSError as exc:
@@ -354,19 +419,26 @@ def _group(cfg, launcher: Launcher, targets: dict[str, Target], passed: list[str
                 pass
 
 
-def _group_run(cfg, launcher: Launcher, targets: dict[str, Target], passed: list[str],
+def _group_run(cfg, launcher: Launcher, targets: dict[str, GroupTarget], passed: list[str],
                level: str, echo, secret_file: str) -> None:
     tester = GroupTester(cfg, launcher, {n: targets[n].addr for n in passed}, level,
                          secret_file)
     echo(f"airlock: group all-reduce over {collect(passed)}")
-    if tester(passed):
-        fig = tester.runs[-1]["figures"]
+    verdict = tester(passed)
+    first = tester.runs[-1]
+    if verdict:
         for n in passed:
             targets[n].group = "pass"
-            targets[n].figures.update({f"group.{k}": v for k, v in fig.items()})
+            targets[n].figures.update({f"group.{k}": v for k, v in first["figures"].items()})
         return
-    echo(f"airlock: group test failed ({tester.runs[-1]['detail']}); looking for the culprit")
-    first = tester.runs[-1]
+    if verdict is None:
+        echo(f"airlock: group test gave no verdict ({first['detail']})")
+        for n in passed:
+            t = targets[n]
+            t.group, t.status = "inconclusive", "inconclusive"
+            t.why = f"group all-reduce: {first['detail']}"
+        return
+    echo(f"airlock: group test failed ({first['detail']}); looking for the culprit")
     search = find_culprits(passed, tester, max_tests=cfg.ondemand.max_group_tests,
                            confirm=cfg.checks.confirm_runs)
     for n in search.good:
@@ -374,17 +446,21 @@ def _group_run(cfg, launcher: Launcher, targets: dict[str, Target], passed: list
     for n in search.bad:
         t = targets[n]
         t.group, t.status, t.failed_check = "fail", "fail", GROUP_CHECK
-        pair = next((r for r in reversed(tester.runs) if n in r["nodes"] and not r["ok"]), first)
+        pair = next((r for r in reversed(tester.runs) if n in r["nodes"] and r["ok"] is False),
+                    first)
         # The node's own member sees its own fault best ("rank 0 (node3) sent wrong data").
         why = pair["own"].get(n) or pair["detail"] or "failed"
         t.detail = f"{why} (isolated in {len(tester.runs)} tests)"
+    silent = next((r for r in reversed(tester.runs) if r["ok"] is None), None)
     for n in search.inconclusive:
         t = targets[n]
         t.group, t.status = "inconclusive", "inconclusive"
-        t.why = f"group all-reduce failed ({first['detail']}); no known-good node to pair with"
+        t.why = (f"group all-reduce failed ({first['detail']}); "
+                 + (f"then {silent['detail']}" if silent
+                    else "no known-good node to pair with"))
 
 
-def _apply(slurm: Slurm, targets: dict[str, Target], echo) -> None:
+def _apply(slurm: Slurm, targets: dict[str, GroupTarget], echo) -> None:
     for t in targets.values():
         if t.status != "fail":
             continue
@@ -395,26 +471,6 @@ def _apply(slurm: Slurm, targets: dict[str, Target], echo) -> None:
         except AirlockError as exc:
             t.why = f"drain failed: {exc}"
             echo(f"airlock: {t.name}: {t.why}")
-
-
-def _finish(targets: dict[str, Target], started: float, level: str, as_json: bool) -> int:
-    from airlock.report import table
-
-    rows = list(targets.values())
-    statuses = {t.status for t in rows}
-    code = EXIT_FAIL if "fail" in statuses else (
-        EXIT_PARTIAL if statuses & {"skipped", "inconclusive"} else EXIT_PASS)
-    doc = {"schema": 1, "level": level, "started_at": started, "finished_at": time.time(),
-           "exit_code": code, "nodes": [t.to_dict() for t in rows]}
-    if as_json:
-        print(json.dumps(doc, indent=1, sort_keys=True))
-    else:
-        print(table(("node", "result", "check", "detail", "group", "took"),
-                    [(t.name, t.status.upper(), t.failed_check, t.detail or t.why, t.group,
-                      f"{t.duration_s:.1f}s") for t in rows]))
-        counts = {s: sum(t.status == s for t in rows) for s in sorted(statuses)}
-        print(", ".join(f"{v} {k}" for k, v in counts.items()))
-    return code
 
 
 # --- workers, run on the nodes by srun ------------------------------------------------------
@@ -448,31 +504,30 @@ def group_worker(master: str, port: int, nodes: list[str], level: str,
     return 0
 
 
-@click.group()
-def worker_cli() -> None:
-    """Workers that srun starts on the nodes (not for people)."""
-
-
-@worker_cli.command("node-worker")
-@click.option("--level", default="standard")
-@click.option("--only", multiple=True)
-def _node_worker_cmd(level: str, only: tuple[str, ...]) -> None:
-    sys.exit(node_worker(level, list(only)))
-
-
-@worker_cli.command("group-worker")
-@click.option("--master", required=True)
-@click.option("--port", type=int, required=True)
-@click.option("--nodes", required=True)
-@click.option("--level", default="standard")
-@click.option("--secret-file", default="")
-def _group_worker_cmd(master: str, port: int, nodes: str, level: str, secret_file: str) -> None:
-    sys.exit(group_worker(master, port, nodes.split(","), level, secret_file))
+def worker_main(argv: list[str] | None = None) -> int:
+    """`python -m airlock.ondemand node-worker|group-worker ...`: what srun starts on the nodes
+    (not for people)."""
+    ap = argparse.ArgumentParser(prog="python -m airlock.ondemand")
+    sub = ap.add_subparsers(dest="worker", required=True)
+    nw = sub.add_parser("node-worker")
+    nw.add_argument("--level", default="standard")
+    nw.add_argument("--only", action="append", default=[])
+    gw = sub.add_parser("group-worker")
+    gw.add_argument("--master", required=True)
+    gw.add_argument("--port", type=int, required=True)
+    gw.add_argument("--nodes", required=True)
+    gw.add_argument("--level", default="standard")
+    gw.add_argument("--secret-file", default="")
+    args = ap.parse_args(argv)
+    try:
+        if args.worker == "node-worker":
+            return node_worker(args.level, args.only)
+        return group_worker(args.master, args.port, args.nodes.split(","), args.level,
+                            args.secret_file)
+    except AirlockError as exc:
+        print(f"airlock: {exc}", file=sys.stderr)
+        return exc.exit_code
 
 
 if __name__ == "__main__":
-    try:
-        worker_cli(prog_name="python -m airlock.ondemand")
-    except AirlockError as exc:
-        print(f"airlock: {exc}", file=sys.stderr)
-        sys.exit(2)
+    sys.exit(worker_main())

@@ -15,6 +15,8 @@ import time
 from airlock import config
 from airlock.recovery import machine as m
 from airlock.recovery import policy as pol
+from airlock.recovery.journal import Journal
+from airlock.recovery.providers import Provider
 from airlock.recovery.service import Service
 from airlock.recovery.store import RecoveryStore
 from airlock.slurm import parse_show_node
@@ -75,9 +77,7 @@ def main() -> None:
         d2 = m.decide(d1.cases, obs, 1001.0, policy, lim, m.Ledger())  # cases open, rails pick
         t3 = time.perf_counter()
         store = RecoveryStore(":memory:")
-        svc = Service.__new__(Service)
-        svc.store, svc.out = store, io.StringIO()
-        svc.provider = lambda _a: type("P", (), {"name": "bench"})()
+        svc = Service(cfg, None, store, Provider(), Provider(), Journal(store, io.StringIO()))
         t4 = time.perf_counter()
         svc.commit_decision({}, d1, 1000.0)
         t5 = time.perf_counter()

@@ -32,10 +32,12 @@ def check_cmd(ctx, level, only, profile, node, nodes_expr, partition, feature, w
     """Run a check level on this node (or, with --nodes/--partition/--feature, on a group)."""
     cfg = load_config(ctx)
     if nodes_expr or partition or feature:
-        sys.exit(ondemand.run_group(cfg, nodes_expr=nodes_expr, partition=partition,
+        result = ondemand.run_group(cfg, nodes_expr=nodes_expr, partition=partition,
                                     feature=feature,
                                     level=level if level != "quick" else "standard",
-                                    wait_jobs_min=wait_jobs, as_json=as_json, only=list(only)))
+                                    wait_jobs_min=wait_jobs, only=list(only))
+        _print_group(result, as_json)
+        sys.exit(result.exit_code)
     if profile:
         cfg.section("profile").name = profile
     node = node or paths.local_node_name()
@@ -53,3 +55,17 @@ def check_cmd(ctx, level, only, profile, node, nodes_expr, partition, feature, w
     else:
         click.echo(report.run_table(run))
     sys.exit(1 if run["verdict"] == "fail" else 0)
+
+
+def _print_group(result: ondemand.GroupReport, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(result.to_dict(), indent=1, sort_keys=True))
+        return
+    rows = result.targets
+    click.echo(report.table(("node", "result", "check", "detail", "group", "took"),
+                            [(t.name, t.status.upper(), t.failed_check, t.detail or t.why,
+                              t.group, f"{t.duration_s:.1f}s") for t in rows]))
+    counts: dict[str, int] = {}
+    for t in rows:
+        counts[t.status] = counts.get(t.status, 0) + 1
+    click.echo(", ".join(f"{v} {k}" for k, v in sorted(counts.items())))

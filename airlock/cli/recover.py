@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import getpass
 import json
+import os
 import signal
+import sys
 import time
 
 import click
@@ -28,36 +30,39 @@ from airlock.errors import AirlockError
 def recover_cmd(ctx, once, dry_run, interval, reset_breaker, show, history_node, as_json):
     """Reboot, re-check and replace failed nodes, within the safety rails."""
     from airlock.recovery import providers
+    from airlock.recovery.journal import Journal
     from airlock.recovery.service import Service
     from airlock.recovery.store import RecoveryStore
     from airlock.slurm import Slurm
 
+    if history_node is not None and not history_node.strip():
+        raise AirlockError("--history: needs a node name")
     cfg = load_config(ctx)
-    rc = cfg.recovery
+    settings = cfg.recovery
     if reset_breaker:
-        store = RecoveryStore(rc.db)
-        store.lock()
+        # One short transaction beside a running service (which holds the lock): the service
+        # reads the breaker on its next poll.
+        store = RecoveryStore(settings.db)
         was = store.reset_breaker(getpass.getuser())
         click.echo("breaker reset" + ("" if was else " (it was closed)"))
         return
-    if show or history_node:
-        store = RecoveryStore(rc.db, readonly=True)
+    if show or history_node is not None:
+        store = RecoveryStore(settings.db, readonly=True)
         _print_state(store, history_node, as_json)
         return
-    if not rc.enabled and not dry_run:
+    if not settings.enabled and not dry_run:
         raise AirlockError("recovery is disabled ([recovery] enabled = false)")
-    dry_run = dry_run or rc.dry_run
+    dry_run = dry_run or settings.dry_run
     if dry_run:
-        import os
-
-        store = (RecoveryStore(rc.db, readonly=True) if os.path.exists(rc.db)
+        store = (RecoveryStore(settings.db, readonly=True) if os.path.exists(settings.db)
                  else RecoveryStore(":memory:"))
     else:
-        store = RecoveryStore(rc.db)
+        store = RecoveryStore(settings.db)
         store.lock()
     slurm = Slurm.from_config(cfg)
-    svc = Service(cfg, slurm, store, None, None, dry_run=dry_run)
-    svc.rebooter, svc.replacer = providers.make(cfg, slurm, svc.record)
+    journal = Journal(store, sys.stdout, dry_run=dry_run)
+    rebooter, replacer = providers.make(cfg, slurm, journal.record)
+    svc = Service(cfg, slurm, store, rebooter, replacer, journal, dry_run=dry_run)
     stopping = {"now": False}
 
     def stop(_sig, _frame):
@@ -65,7 +70,7 @@ def recover_cmd(ctx, once, dry_run, interval, reset_breaker, show, history_node,
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    svc.run(interval or rc.poll_interval, lambda: stopping["now"], once=once)
+    svc.run(interval or settings.poll_interval, lambda: stopping["now"], once=once)
 
 
 def _print_state(store, node: str | None, as_json: bool) -> None:
@@ -82,12 +87,20 @@ def _print_state(store, node: str | None, as_json: bool) -> None:
         return
     cases = store.cases()
     breaker = store.breaker()
+    stuck = store.stuck()
+    beat = store.heartbeat()
     if as_json:
-        click.echo(json.dumps({"breaker": breaker,
+        click.echo(json.dumps({"breaker": breaker, "heartbeat": beat, "stuck": stuck,
                                "cases": {n: c.__dict__ for n, c in cases.items()}}, indent=1))
         return
     click.echo("breaker: " + (f"OPEN ({breaker['why']})" if breaker["open"] else "closed"))
+    if beat["polls"]:
+        click.echo(f"service: pid {beat['pid']}, {beat['polls']} polls, last "
+                   f"{time.time() - beat['last_poll']:.0f}s ago")
     for name in sorted(cases):
         c = cases[name]
         click.echo(f"{name:<16} {c.state:<18} {c.failure_class:<24} "
                    f"rung {c.step + 1}/{len(c.ladder)} {c.note}")
+    for name, row in stuck.items():
+        since = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(row["since"]))
+        click.echo(f"{name:<16} {'stuck':<18} {row['reason']} (since {since})")

@@ -71,6 +71,8 @@ def recovery_settings(workdir: Path, cloud) -> dict:
         "breaker_window": 60.0, "breaker_share": 0.9, "breaker_min_nodes": 3,
         "breaker_same_check": 3, "reboot_timeout": 60.0, "replace_timeout": 60.0,
         "verdict_timeout": 90.0, "refail_window": 30.0,
+        # the loopback cloud's replacement can boot 3 s after the reboot before it
+        "boot_shift_min": 2.0,
         "http": {"url": cloud.url, "token_file": str(token), "timeout": 2.0, "retries": 3,
                  "backoff": 0.2, "backoff_max": 2.0},
     }

@@ -11,11 +11,19 @@ persists what `decide` returns and carries out the starts.
     detected --replace--> replace_requested --new boot--> replaced --pass--> healthy
     no rung left, a refusal, or a timeout waiting for a replacement: manual (stays drained)
     a human resumes the node or sets a foreign drain: released (hands off)
+
+"New boot" means a BootTime, parsed as a time, that moved by more than `boot_shift_min` and is
+no older than the request (minus `boot_skew`): a slurmd restart or `scontrol reconfigure` makes
+slurmd recompute BootTime from the clock and the uptime, which moves it by a second or so.
+
+Nodes stuck in `airlock: pending|checking` past the suite's time limit are only reported
+(`stuck`), never acted on: the node-side hook re-runs or fails them.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
@@ -37,6 +45,41 @@ AWAITING_VERDICT = (REBOOTED, REPLACED)
 IN_FLIGHT = AWAITING_BOOT + AWAITING_VERDICT  # counted by max_in_flight
 CLOSED = (DONE, RELEASED)
 REBOOT_FLAGS = frozenset({"REBOOT", "REBOOT_REQUESTED", "REBOOT_ISSUED"})
+# A node in these states is not running its suite, so a long pending/checking is not "stuck".
+NOT_RUNNING_FLAGS = REBOOT_FLAGS | {"NOT_RESPONDING", "POWERED_DOWN", "POWERING_DOWN",
+                                    "POWER_DOWN", "POWERING_UP", "POWER_UP"}
+SLURM_TIME_FORMATS = ("%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M:%S")
+
+
+def parse_slurm_time(text: str) -> float | None:
+    """A Slurm timestamp (BootTime, the reason's [user@time]) as epoch seconds, or None.
+
+    scontrol prints them in the local time of the host it runs on, which is where the recovery
+    service runs, so local time is the right reading."""
+    text = (text or "").strip()
+    for fmt in SLURM_TIME_FORMATS:
+        try:
+            return time.mktime(time.strptime(text, fmt))
+        except (ValueError, OverflowError):
+            continue
+    return None
+
+
+def format_slurm_time(epoch: float) -> str:
+    return time.strftime(SLURM_TIME_FORMATS[0], time.localtime(epoch))
+
+
+def is_new_boot(boot_time: str, boot_before: str, requested_at: float, limits) -> bool:
+    """Whether boot_time proves that the node booted after an action requested at requested_at.
+
+    A BootTime that cannot be read proves nothing (the case then times out to its next rung
+    or a person); an unknown boot before the request (a replacement that was missing from
+    Slurm) leaves the request time as the only test."""
+    new = parse_slurm_time(boot_time)
+    if new is None or new < requested_at - limits.boot_skew:
+        return False
+    old = parse_slurm_time(boot_before)
+    return old is None or abs(new - old) > limits.boot_shift_min
 
 
 @dataclass(frozen=True)
@@ -50,11 +93,12 @@ class Obs:
     boot_time: str = ""
     flags: frozenset[str] = frozenset()
     state: str = ""
+    reason_time: str = ""  # when the reason was set, as Slurm prints it
 
     @classmethod
     def from_node(cls, node) -> Obs:
         return cls(node.name, node.reason, node.drained, node.busy, node.boot_time, node.flags,
-                   node.state)
+                   node.state, node.reason_time)
 
     @property
     def parsed(self) -> reasons.Reason | None:
@@ -81,7 +125,7 @@ class Case:
     check: str
     detail: str
     opened: float
-    since: float  # when the current state was entered
+    since: float  # when the current state was entered (for *_requested: the request time)
     boot_before: str = ""  # the node's boot time when the current action was requested
     action: str = ""  # the action of the current rung, once requested
     action_id: int = 0  # the store's id of that action
@@ -146,9 +190,9 @@ def plan(case: Case | None, obs: Obs | None, now: float, policy, limits,
     if case.state not in AWAITING_BOOT and obs.drained and obs.reason and not ours:
         return Step(case.to(RELEASED, now, note="foreign drain"),
                     [("released", f"foreign reason {obs.reason!r}: hands off")])
-    st = case.state
+    state = case.state
 
-    if st == DETECTED:
+    if state == DETECTED:
         if obs.free:
             return Step(case.to(RELEASED, now, note="resumed by someone else"),
                         [("released", "node back in service without Airlock: hands off")])
@@ -165,9 +209,9 @@ def plan(case: Case | None, obs: Obs | None, now: float, policy, limits,
             return Step(case)
         return Step(case, want=action)
 
-    if st in AWAITING_BOOT:
-        if obs.boot_time and obs.boot_time != case.boot_before:
-            nxt = REBOOTED if st == REBOOT_REQUESTED else REPLACED
+    if state in AWAITING_BOOT:
+        if is_new_boot(obs.boot_time, case.boot_before, case.since, limits):
+            nxt = REBOOTED if state == REBOOT_REQUESTED else REPLACED
             return Step(case.to(nxt, now), [("booted", f"new boot {obs.boot_time} after "
                                                         f"{case.action}")])
         if obs.free and not (obs.flags & REBOOT_FLAGS) and case.action == "reboot":
@@ -175,7 +219,7 @@ def plan(case: Case | None, obs: Obs | None, now: float, policy, limits,
                         [("released", "resumed before the reboot happened: hands off")])
         return _boot_timeout(case, now, limits) or Step(case)
 
-    if st in AWAITING_VERDICT:
+    if state in AWAITING_VERDICT:
         if obs.failing:
             return _escalate(case, now, f"failed again after {case.action}: "
                                         f"{obs.parsed.subject} {obs.parsed.detail}".strip())
@@ -186,7 +230,7 @@ def plan(case: Case | None, obs: Obs | None, now: float, policy, limits,
             return _escalate(case, now, f"no verdict {limits.verdict_timeout:g}s after the boot")
         return Step(case)
 
-    if st == HEALTHY:
+    if state == HEALTHY:
         if obs.failing:
             return _escalate(case, now, f"failed again within the window: "
                                         f"{obs.parsed.subject} {obs.parsed.detail}".strip())
@@ -194,12 +238,32 @@ def plan(case: Case | None, obs: Obs | None, now: float, policy, limits,
             return Step(case.to(DONE, now), [("done", "stayed healthy through the window")])
         return Step(case)
 
-    if st == MANUAL:
+    if state == MANUAL:
         if obs.free:
             return Step(case.to(RELEASED, now, note="resumed by a person"),
                         [("released", "a person returned the node to service")])
         return Step(case)
     return Step(case)
+
+
+# --- nodes stuck in a check ------------------------------------------------------------------
+def stuck_nodes(observations: Iterable[Obs], now: float,
+                after: float) -> dict[str, tuple[str, float]]:
+    """{node: (reason, since)} for nodes drained with Airlock's pending/checking reason whose
+    reason was set more than `after` seconds ago ([registration] suite_timeout plus
+    [recovery] stuck_grace). A node that is busy, rebooting, powered down or not responding is
+    not running a suite, so it is not counted; nor is one whose reason time cannot be read."""
+    out = {}
+    for o in observations:
+        r = o.parsed
+        if not o.drained or r is None or r.state not in ("pending", "checking"):
+            continue
+        if o.busy or o.flags & NOT_RUNNING_FLAGS or o.state in ("DOWN", "FUTURE", "UNKNOWN"):
+            continue
+        since = parse_slurm_time(o.reason_time)
+        if since is not None and now - since > after:
+            out[o.name] = (o.reason, since)
+    return out
 
 
 # --- safety rails ----------------------------------------------------------------------------
@@ -212,6 +276,7 @@ class Ledger:
     detections: list[tuple[str, str, float]] = field(default_factory=list)  # node, check, time
     breaker_open: bool = False
     breaker_why: str = ""
+    breaker_reset_at: float = 0.0  # the last operator reset, as read with the rest
 
 
 def rate_used(times: Iterable[float], now: float, window: float) -> int:

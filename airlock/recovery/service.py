@@ -12,28 +12,27 @@ Every event is a JSON line on stdout and a history row.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import signal
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from airlock import faults
 from airlock.errors import AirlockError
-from airlock.recovery import machine as m
+from airlock.recovery import machine
 from airlock.recovery import policy as policy_mod
-from airlock.recovery import store as st
+from airlock.recovery.journal import Journal
 from airlock.recovery.providers import (
     ERROR,
     ISSUED,
     REFUSED,
+    ActionTarget,
     Provider,
     Result,
-    Target,
     recover_reason,
 )
+from airlock.recovery.store import DONE, INTENT, RecoveryStore
 
 
 @dataclass
@@ -42,14 +41,9 @@ class PollReport:
     events: list[tuple[str, str, str]] = field(default_factory=list)
     started: list[tuple[str, str, str]] = field(default_factory=list)  # node, action, status
     held: list[tuple[str, str, str]] = field(default_factory=list)
+    stuck: dict[str, tuple[str, float]] = field(default_factory=dict)  # node: (reason, since)
     breaker: str = ""
     error: str = ""
-
-
-def emit(out, **fields) -> None:
-    fields = {"ts": round(time.time(), 3), **fields}
-    out.write(json.dumps(fields, sort_keys=False) + "\n")
-    out.flush()
 
 
 def crash_point(name: str, action: str = "") -> None:
@@ -62,17 +56,24 @@ def crash_point(name: str, action: str = "") -> None:
 
 
 class Service:
-    def __init__(self, cfg, slurm, store: st.RecoveryStore, rebooter: Provider, replacer: Provider,
-                 dry_run: bool = False, clock: Callable[[], float] = time.time, out=None):
-        self.rc = cfg.recovery
+    """cfg: the whole config (its [recovery] section, and [registration] suite_timeout for
+    stuck nodes). The providers and the journal are built first (the providers report
+    through the journal) and passed in."""
+
+    def __init__(self, cfg, slurm, store: RecoveryStore, rebooter: Provider,
+                 replacer: Provider, journal: Journal, dry_run: bool = False,
+                 clock: Callable[[], float] = time.time):
+        self.settings = cfg.recovery
         self.slurm = slurm
         self.store = store
         self.rebooter = rebooter
         self.replacer = replacer
-        self.policy = policy_mod.load(self.rc.policy)
-        self.dry_run = dry_run or self.rc.dry_run
+        self.journal = journal
+        self.policy = policy_mod.load(self.settings.policy)
+        self.dry_run = dry_run or self.settings.dry_run
         self.clock = clock
-        self.out = out or sys.stdout
+        self.stuck_after = cfg.registration.suite_timeout + self.settings.stuck_grace
+        self.started = clock()
 
     def provider(self, action: str) -> Provider:
         return self.rebooter if action == "reboot" else self.replacer
@@ -80,63 +81,46 @@ class Service:
     def owns_reason(self, reason: str) -> bool:
         return self.replacer.owns_reason(reason) or self.rebooter.owns_reason(reason)
 
-    def log(self, node: str, event: str, detail: str, action_id: int | None = None,
-            record: bool = True) -> None:
-        emit(self.out, node=node, event=event, detail=detail,
-             **({"action_id": action_id} if action_id else {}))
-        if record and not self.dry_run:
-            self.store.event(node, event, detail, action_id)
-
-    def record(self, node: str, event: str, detail: str) -> None:
-        """Providers report retries and API errors here (history + log line)."""
-        self.log(node, event, detail)
-
     # --- the poll ------------------------------------------------------------------------
     def poll(self) -> PollReport:
-        rep = PollReport()
+        report = PollReport()
+        emit = self.journal.emit
         try:
             nodes = self.slurm.nodes()
         except AirlockError as exc:
-            rep.error = str(exc)
-            emit(self.out, node="*", event="slurm_error", detail=str(exc))
-            return rep
-        obs = {n.name: m.Obs.from_node(n) for n in nodes}
-        rep.nodes = len(obs)
+            report.error = str(exc)
+            emit(node="*", event="slurm_error", detail=str(exc))
+            self.beat()
+            return report
+        obs = {n.name: machine.Obs.from_node(n) for n in nodes}
+        report.nodes = len(obs)
         if not self.dry_run:
             self.answer_intents(obs)
         now = self.clock()
+        report.stuck = machine.stuck_nodes(obs.values(), now, self.stuck_after)
         cases = self.store.cases()
-        ledger = self.store.ledger(now, self.rc.rate_window, self.rc.breaker_window)
-        d = m.decide(cases, list(obs.values()), now, self.policy, self.rc, ledger,
-                     self.owns_reason)
-        rep.events, rep.held, rep.breaker = d.events, d.held, d.trip or ledger.breaker_why
+        ledger = self.store.ledger(now, self.settings.rate_window, self.settings.breaker_window)
+        decision = machine.decide(cases, list(obs.values()), now, self.policy, self.settings,
+                                  ledger, self.owns_reason)
+        report.events, report.held = decision.events, decision.held
+        report.breaker = decision.trip or ledger.breaker_why
         if self.dry_run:
-            for node, event, detail in d.events:
-                emit(self.out, node=node, event=event, detail=detail, dry_run=True)
-            if d.detections and not d.trip:
-                # New cases act on a later poll: show what that poll would start.
-                later = dataclasses.replace(ledger, detections=ledger.detections + d.detections)
-                d = m.decide(d.cases, list(obs.values()), now + self.rc.detect_grace,
-                             self.policy, self.rc, later, self.owns_reason)
-            for node, action in d.starts:
-                emit(self.out, node=node, event="would_" + action, dry_run=True,
-                     detail=f"class {d.cases[node].failure_class}, rung "
-                            f"{d.cases[node].step + 1}/{len(d.cases[node].ladder)}")
-                rep.started.append((node, action, "dry-run"))
-            for node, action, why in d.held:
-                emit(self.out, node=node, event="held", detail=f"{action}: {why}", dry_run=True)
-            if d.trip:
-                emit(self.out, node="*", event="breaker_open", detail=d.trip, dry_run=True)
-            return rep
-        targets = self.commit_decision(cases, d, now)
-        for node, event, detail in d.events:
-            emit(self.out, node=node, event=event, detail=detail)
-        if d.trip:
-            emit(self.out, node="*", event="breaker_open", detail=d.trip)
-        for node, action, why in d.held:
-            emit(self.out, node=node, event="held", detail=f"{action}: {why}")
-        for case in d.cases.values():
-            if case.state == m.REPLACE_REQUESTED and case.node not in [t.node for _, t in targets]:
+            later = self.show_dry_run(decision, obs, ledger, now)
+            for node, (reason, since) in sorted(report.stuck.items()):
+                emit(node=node, event="stuck", detail=self.stuck_detail(reason, since, now),
+                     dry_run=True)
+            report.started = [(n, a, "dry-run") for n, a in later.starts]
+            return report
+        targets, tripped = self.commit_decision(cases, decision, now, ledger, report.stuck)
+        for node, event, detail in decision.events:
+            emit(node=node, event=event, detail=detail)
+        if tripped:
+            emit(node="*", event="breaker_open", detail=decision.trip)
+        for node, action, why in decision.held:
+            emit(node=node, event="held", detail=f"{action}: {why}")
+        for case in decision.cases.values():
+            if case.state == machine.REPLACE_REQUESTED \
+                    and case.node not in [t.node for _, t in targets]:
                 self.follow_up(case, obs.get(case.node))
         for action in sorted({a for a, _ in targets}):
             crash_point("after_intent", action)  # intents committed, nothing sent yet
@@ -147,106 +131,187 @@ class Service:
             results = self.send(action, batch)
             crash_point("after_submit", action)
             for t in batch:
-                res = results.get(t.node, Result(ERROR, "no answer from the provider"))
-                self.apply_result(t, action, res)
-                rep.started.append((t.node, action, res.status))
-        return rep
+                result = results.get(t.node, Result(ERROR, "no answer from the provider"))
+                self.apply_result(t, action, result)
+                report.started.append((t.node, action, result.status))
+        return report
 
-    def send(self, action: str, batch: list[Target]) -> dict[str, Result]:
+    def beat(self) -> None:
+        """Count this poll in the database: proof for people and tests that the service is
+        alive and polling, also while it has nothing to do."""
+        if not self.dry_run:
+            with self.store.tx() as db:
+                self.store.beat(db, os.getpid(), self.started, self.clock())
+
+    @staticmethod
+    def stuck_detail(reason: str, since: float, now: float) -> str:
+        return (f"{reason!r} for {now - since:.0f}s (since {machine.format_slurm_time(since)}); "
+                "the node's hook re-runs or fails it")
+
+    def show_dry_run(self, decision: machine.Decision, obs: dict[str, machine.Obs],
+                     ledger: machine.Ledger, now: float) -> machine.Decision:
+        """Print what this poll would do; returns the decision whose starts it printed."""
+        emit = self.journal.emit
+        for node, event, detail in decision.events:
+            emit(node=node, event=event, detail=detail, dry_run=True)
+        later = decision
+        if decision.detections and not decision.trip:
+            # New cases act on a later poll: show what that poll would start.
+            seen = dataclasses.replace(ledger, detections=ledger.detections + decision.detections)
+            later = machine.decide(decision.cases, list(obs.values()),
+                                   now + self.settings.detect_grace, self.policy, self.settings,
+                                   seen, self.owns_reason)
+        for node, action in later.starts:
+            case = later.cases[node]
+            emit(node=node, event="would_" + action, dry_run=True,
+                 detail=f"class {case.failure_class}, rung {case.step + 1}/{len(case.ladder)}")
+        for node, action, why in later.held:
+            emit(node=node, event="held", detail=f"{action}: {why}", dry_run=True)
+        if later.trip:
+            emit(node="*", event="breaker_open", detail=later.trip, dry_run=True)
+        return later
+
+    def send(self, action: str, batch: list[ActionTarget]) -> dict[str, Result]:
         try:
             return self.provider(action).submit(action, batch)
         except AirlockError as exc:
             return {t.node: Result(ERROR, str(exc)) for t in batch}
 
-    def commit_decision(self, before: dict[str, m.Case], d: m.Decision,
-                        now: float) -> list[tuple[str, Target]]:
+    def commit_decision(self, before: dict[str, machine.Case], decision: machine.Decision,
+                        now: float, ledger: machine.Ledger | None = None,
+                        stuck: dict[str, tuple[str, float]] | None = None,
+                        ) -> tuple[list[tuple[str, ActionTarget]], bool]:
+        """Write the decision in one transaction; returns the actions to send now, and whether
+        this poll opened the breaker."""
         targets = []
-        starting = {n for n, _ in d.starts}
+        starting = {n for n, _ in decision.starts}
+        tripped = False
+        notes: list[tuple[str, str, str]] = []
         with self.store.tx() as db:
-            for node in sorted(d.changed):
-                case = d.cases[node]
+            for node in sorted(decision.changed):
+                case = decision.cases[node]
                 prev = before.get(node)
-                if prev and prev.state in m.AWAITING_BOOT and case.state not in m.AWAITING_BOOT:
-                    msg = "new boot seen" if case.state in m.AWAITING_VERDICT else case.note
-                    self.store.set_action(db, prev.action_id, st.DONE, msg or case.state, now)
+                if prev and prev.state in machine.AWAITING_BOOT \
+                        and case.state not in machine.AWAITING_BOOT:
+                    msg = ("new boot seen" if case.state in machine.AWAITING_VERDICT
+                           else case.note)
+                    self.store.set_action(db, prev.action_id, DONE, msg or case.state, now)
                 if node in starting:
                     via = self.provider(case.action).name
-                    aid, rid = self.store.add_action(db, node, case.action, via,
-                                                     case.boot_before, now)
-                    case = d.cases[node] = dataclasses.replace(case, action_id=aid)
-                    targets.append((case.action, Target(node, rid,
-                                                        recover_reason(case.action, rid))))
+                    action_id, request_id = self.store.add_action(
+                        db, node, case.action, via, case.boot_before, now)
+                    case = decision.cases[node] = dataclasses.replace(case, action_id=action_id)
+                    targets.append((case.action, ActionTarget(
+                        node, request_id, recover_reason(case.action, request_id))))
                     self.store.add_event(db, node, "request",
-                                         f"{case.action} via {via} request {rid}", now, aid)
+                                         f"{case.action} via {via} request {request_id}", now,
+                                         action_id)
                 self.store.put_case(db, case, now)
-            for node, event, detail in d.events:
+            for node, event, detail in decision.events:
                 self.store.add_event(db, node, event, detail, now)
-            for node, check, ts in d.detections:
+            for node, check, ts in decision.detections:
                 self.store.add_detection(db, node, check, ts)
-            if d.trip:
-                self.store.open_breaker(db, d.trip, now)
-                self.store.add_event(db, "*", "breaker_open", d.trip, now)
+            if decision.trip:
+                reset_at = float(self.store.breaker()["reset_at"] or 0)
+                if ledger is not None and reset_at > ledger.breaker_reset_at:
+                    # An operator reset the breaker after this poll read it: the reset wins,
+                    # and the next poll counts failures from the reset on.
+                    notes.append(("*", "breaker_trip_dropped",
+                                  f"{decision.trip}; reset by an operator during this poll"))
+                else:
+                    self.store.open_breaker(db, decision.trip, now)
+                    self.store.add_event(db, "*", "breaker_open", decision.trip, now)
+                    tripped = True
+            if stuck is not None:
+                notes += self.commit_stuck(db, stuck, now)
+            for node, event, detail in notes:
+                self.store.add_event(db, node, event, detail, now)
+            self.store.beat(db, os.getpid(), self.started, now)
         for action, t in targets:
-            emit(self.out, node=t.node, event="request", detail=f"{action} {t.request_id}")
-        return targets
+            self.journal.emit(node=t.node, event="request", detail=f"{action} {t.request_id}")
+        for node, event, detail in notes:
+            self.journal.emit(node=node, event=event, detail=detail)
+        return targets, tripped
 
-    def apply_result(self, t: Target, action: str, res: Result, note: str = "") -> None:
+    def commit_stuck(self, db, stuck: dict[str, tuple[str, float]],
+                     now: float) -> list[tuple[str, str, str]]:
+        """Record which nodes are stuck in a check; an event when one becomes stuck (or stuck
+        with another reason) and when it stops being stuck, not on every poll."""
+        events = []
+        known = self.store.stuck()
+        for node, (reason, since) in sorted(stuck.items()):
+            old = known.get(node)
+            if old is None or old["reason"] != reason or old["since"] != since:
+                events.append((node, "stuck", self.stuck_detail(reason, since, now)))
+            self.store.put_stuck(db, node, reason, since, now)
+        for node in sorted(set(known) - set(stuck)):
+            self.store.drop_stuck(db, node)
+            events.append((node, "unstuck", f"no longer stuck in {known[node]['reason']!r}"))
+        return events
+
+    def apply_result(self, target: ActionTarget, action: str, result: Result,
+                     note: str = "") -> None:
         now = self.clock()
-        aid = int(t.request_id.split("-")[1])
+        action_id = int(target.request_id.split("-")[1])
+        node, message = target.node, f"{action}: {result.message}{note}"
         with self.store.tx() as db:
-            self.store.set_action(db, aid, res.status, res.message, now)
-            case = self.store.case(t.node)
-            event = {ISSUED: "issued", REFUSED: "refused"}.get(res.status, "action_error")
-            self.store.add_event(db, t.node, event, f"{action}: {res.message}{note}", now, aid)
-            if case is not None and case.action_id == aid and case.state in m.AWAITING_BOOT:
-                if res.status == REFUSED:
-                    case = case.to(m.MANUAL, now, note=f"{action} refused: {res.message}")
-                    self.store.add_event(db, t.node, "manual",
+            self.store.set_action(db, action_id, result.status, result.message, now)
+            case = self.store.case(node)
+            event = {ISSUED: "issued", REFUSED: "refused"}.get(result.status, "action_error")
+            self.store.add_event(db, node, event, message, now, action_id)
+            if case is not None and case.action_id == action_id \
+                    and case.state in machine.AWAITING_BOOT:
+                if result.status == REFUSED:
+                    case = case.to(machine.MANUAL, now,
+                                   note=f"{action} refused: {result.message}")
+                    self.store.add_event(db, node, "manual",
                                          f"{action} refused by {self.provider(action).name}; "
-                                         "left drained", now, aid)
-                elif res.status == ERROR:
-                    case = case.to(m.DETECTED, now, note=f"{action} failed: {res.message}")
+                                         "left drained", now, action_id)
+                elif result.status == ERROR:
+                    case = case.to(machine.DETECTED, now,
+                                   note=f"{action} failed: {result.message}")
                 self.store.put_case(db, case, now)
-        emit(self.out, node=t.node, event=event, detail=f"{action}: {res.message}{note}",
-             action_id=aid)
+        self.journal.emit(node=node, event=event, detail=message, action_id=action_id)
 
-    def answer_intents(self, obs: dict[str, m.Obs]) -> None:
-        for a in self.store.actions(status=st.INTENT):
-            o = obs.get(a["node"])
-            t = Target(a["node"], a["request_id"], recover_reason(a["kind"], a["request_id"]))
-            prov = self.provider(a["kind"])
-            booted = o is not None and o.boot_time and o.boot_time != a["boot_before"]
+    def answer_intents(self, obs: dict[str, machine.Obs]) -> None:
+        """Intents left by a process that died before recording the provider's answer."""
+        for row in self.store.actions(status=INTENT):
+            node, kind, request_id = row["node"], row["kind"], row["request_id"]
+            seen = obs.get(node)
+            target = ActionTarget(node, request_id, recover_reason(kind, request_id))
+            booted = seen is not None and machine.is_new_boot(
+                seen.boot_time, row["boot_before"], row["created"], self.settings)
             try:
-                happened = booted or prov.lookup(a["kind"], t, o)
+                happened = booted or self.provider(kind).lookup(kind, target, seen)
             except AirlockError as exc:
-                self.log(a["node"], "lookup_error", str(exc), a["id"])
+                self.journal.log(node, "lookup_error", str(exc), row["id"])
                 continue
             if happened:
-                self.apply_result(t, a["kind"], Result(ISSUED, "already done before a restart"),
+                self.apply_result(target, kind, Result(ISSUED, "already done before a restart"),
                                   " (found after restart)")
                 continue
-            self.log(a["node"], "resend", f"{a['kind']} {a['request_id']} was not sent before "
-                                          "a restart; sending it now", a["id"])
-            res = self.send(a["kind"], [t]).get(t.node, Result(ERROR, "no answer"))
-            self.apply_result(t, a["kind"], res, " (after restart)")
+            self.journal.log(node, "resend", f"{kind} {request_id} was not sent before a "
+                                             "restart; sending it now", row["id"])
+            result = self.send(kind, [target]).get(node, Result(ERROR, "no answer"))
+            self.apply_result(target, kind, result, " (after restart)")
 
-    def follow_up(self, case: m.Case, o: m.Obs | None) -> None:
+    def follow_up(self, case: machine.Case, seen: machine.Obs | None) -> None:
         try:
-            done = self.replacer.progress(case, o)
+            done = self.replacer.progress(case, seen)
         except AirlockError as exc:
-            self.log(case.node, "follow_up_error", str(exc), case.action_id)
+            self.journal.log(case.node, "follow_up_error", str(exc), case.action_id)
             return
         if done:
-            self.log(case.node, "follow_up", done, case.action_id)
+            self.journal.log(case.node, "follow_up", done, case.action_id)
 
     # --- the service loop ----------------------------------------------------------------
     def run(self, interval: float, stop: Callable[[], bool], once: bool = False) -> PollReport:
         while True:
             started = time.monotonic()
-            rep = self.poll()
+            report = self.poll()
             if once or stop():
-                return rep
+                return report
             while not stop() and time.monotonic() - started < interval:
                 time.sleep(min(0.2, interval))
             if stop():
-                return rep
+                return report

@@ -7,6 +7,7 @@ Provider names use hyphens (`provider = "aws-hyperpod"`), their sub-tables under
 from __future__ import annotations
 
 import ipaddress
+import math
 from dataclasses import dataclass, field
 from urllib.parse import urlparse
 
@@ -107,6 +108,14 @@ class RecoverySection:
     replace_timeout: float = 3600.0  # from the replace request to the new instance's boot
     verdict_timeout: float = 7200.0  # from a new boot to the registration suite's verdict
     refail_window: float = 86400.0  # a failure within this long after recovery escalates
+    # A new BootTime proves a reboot only when it moved by more than this many seconds (a slurmd
+    # restart or `scontrol reconfigure` recomputes it and moves it by a second or so) ...
+    boot_shift_min: float = 5.0
+    # ... and is no older than the request minus this (clock skew between here and the node).
+    boot_skew: float = 10.0
+    # A node pending/checking longer than [registration] suite_timeout plus this is reported
+    # as stuck (an event and `airlock recover --show`); the service does not act on it.
+    stuck_grace: float = 300.0
     http: HttpSettings = field(default_factory=HttpSettings)
     command: CommandSettings = field(default_factory=CommandSettings)
     aws_hyperpod: HyperpodSettings = field(default_factory=HyperpodSettings)
@@ -121,10 +130,17 @@ class RecoverySection:
             raise ValueError(f"reboot_via = \"provider\" needs a provider that reboots, "
                              f"not {self.provider!r}")
         for name in ("poll_interval", "rate_window", "breaker_window", "reboot_timeout",
+                     "replace_timeout", "verdict_timeout", "detect_grace", "cooldown",
+                     "refail_window", "boot_shift_min", "boot_skew", "stuck_grace",
+                     "breaker_share"):
+            if not math.isfinite(getattr(self, name)):
+                raise ValueError(f"{name}: must be a finite number")
+        for name in ("poll_interval", "rate_window", "breaker_window", "reboot_timeout",
                      "replace_timeout", "verdict_timeout"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name}: must be > 0")
-        for name in ("detect_grace", "cooldown", "refail_window"):
+        for name in ("detect_grace", "cooldown", "refail_window", "boot_shift_min", "boot_skew",
+                     "stuck_grace"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}: must be >= 0")
         for name in ("max_actions_per_hour", "max_in_flight", "breaker_min_nodes",

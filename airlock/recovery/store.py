@@ -5,6 +5,10 @@ transaction that moves its case to *_requested, before anything is sent; the pro
 written afterwards. A restart finds intents without an answer and asks the provider (or Slurm)
 whether the action happened before sending it again, with the same request id: a kill -9 at any
 point neither loses nor repeats an action.
+
+Only one service may act on a database (`lock`). An operator's breaker reset is one short
+transaction that needs no lock: the service reads the breaker on every poll and, when it
+commits a trip, first checks that no reset came in since it read it.
 """
 
 from __future__ import annotations
@@ -41,6 +45,11 @@ CREATE TABLE IF NOT EXISTS detections (
 CREATE TABLE IF NOT EXISTS breaker (
     id INTEGER PRIMARY KEY CHECK (id = 1), open INTEGER NOT NULL, why TEXT NOT NULL,
     changed REAL NOT NULL, reset_at REAL NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS stuck (
+    node TEXT PRIMARY KEY, reason TEXT NOT NULL, since REAL NOT NULL, seen REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS heartbeat (
+    id INTEGER PRIMARY KEY CHECK (id = 1), pid INTEGER NOT NULL, started REAL NOT NULL,
+    polls INTEGER NOT NULL, last_poll REAL NOT NULL);
 """
 INTENT, ISSUED, DONE, REFUSED, ERROR, DRY = "intent", "issued", "done", "refused", "error", "dry"
 
@@ -192,8 +201,9 @@ class RecoveryStore:
                    "ON CONFLICT(id) DO UPDATE SET open=1, why=excluded.why, "
                    "changed=excluded.changed", (why, now))
 
-    def reset_breaker(self, who: str) -> bool:
-        now = time.time()
+    def reset_breaker(self, who: str, now: float | None = None) -> bool:
+        """Close the breaker (True when it was open). Safe beside a running service."""
+        now = time.time() if now is None else now
         with self.tx() as db:
             was = self.breaker()
             db.execute("INSERT INTO breaker(id, open, why, changed, reset_at) VALUES "
@@ -202,6 +212,42 @@ class RecoveryStore:
             self.add_event(db, "*", "breaker_reset", f"by {who}; was: {was['why'] or 'closed'}",
                            now)
         return bool(was["open"])
+
+    # --- nodes stuck in a check (reported, never acted on) ------------------------------------
+    def stuck(self) -> dict[str, dict[str, Any]]:
+        """{node: {reason, since, seen}}: the nodes the service last saw stuck in a check."""
+        try:
+            rows = self.db.execute("SELECT * FROM stuck ORDER BY node").fetchall()
+        except sqlite3.OperationalError:  # read-only view of a database from before the table
+            return {}
+        return {r["node"]: dict(r) for r in rows}
+
+    @staticmethod
+    def put_stuck(db: sqlite3.Connection, node: str, reason: str, since: float,
+                  now: float) -> None:
+        db.execute("INSERT INTO stuck(node, reason, since, seen) VALUES (?,?,?,?) "
+                   "ON CONFLICT(node) DO UPDATE SET reason=excluded.reason, "
+                   "since=excluded.since, seen=excluded.seen", (node, reason, since, now))
+
+    @staticmethod
+    def drop_stuck(db: sqlite3.Connection, node: str) -> None:
+        db.execute("DELETE FROM stuck WHERE node=?", (node,))
+
+    # --- the service's heartbeat: proof that it keeps polling ------------------------------
+    def heartbeat(self) -> dict[str, Any]:
+        try:
+            row = self.db.execute("SELECT * FROM heartbeat WHERE id=1").fetchone()
+        except sqlite3.OperationalError:  # read-only view of a database from before the table
+            row = None
+        return dict(row) if row else {"pid": 0, "started": 0.0, "polls": 0, "last_poll": 0.0}
+
+    @staticmethod
+    def beat(db: sqlite3.Connection, pid: int, started: float, now: float) -> None:
+        db.execute("INSERT INTO heartbeat(id, pid, started, polls, last_poll) "
+                   "VALUES (1, ?, ?, 1, ?) ON CONFLICT(id) DO UPDATE SET "
+                   "polls = CASE WHEN pid = excluded.pid AND started = excluded.started "
+                   "THEN polls + 1 ELSE 1 END, pid=excluded.pid, started=excluded.started, "
+                   "last_poll=excluded.last_poll", (pid, started, now))
 
     # --- what the rails read ---------------------------------------------------------------
     def ledger(self, now: float, rate_window: float, breaker_window: float) -> Ledger:
@@ -214,4 +260,4 @@ class RecoveryStore:
         since = max(now - breaker_window, float(b["reset_at"] or 0))
         dets = [(r[0], r[1], r[2]) for r in self.db.execute(
             "SELECT node, check_name, ts FROM detections WHERE ts >= ?", (since,))]
-        return Ledger(times, last, dets, bool(b["open"]), b["why"])
+        return Ledger(times, last, dets, bool(b["open"]), b["why"], float(b["reset_at"] or 0))

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -144,3 +146,30 @@ def test_two_nodes_joining_together_are_tested_as_a_group(cluster_factory):
         group = [r for r in run["checks"] if r["check"] == "group_allreduce"]
         assert group and group[0]["verdict"] == "pass", run
         assert sorted(group[0]["detail"].removeprefix("batch ").split(",")) == ["node2", "node3"]
+
+
+def test_srun_that_cannot_reach_a_node_drains_nothing(cluster_factory):
+    """srun fails for real: node2's slurmd is stopped (SIGSTOP) when the check launches, so the
+    step launch there times out ("Socket timed out on send/recv operation"). node2 gave no
+    verdict of its own: inconclusive, never drained; nobody is drained for srun's failure."""
+    c = cluster_factory(start=False, nodes=["node1", "node2", "node3"], airlock={
+        **FAST, "ondemand": {**FAST["ondemand"], "level_timeout": 90}})
+    c.start()
+    wait_all_resumed(c, ["node1", "node2", "node3"])
+    pid = c.slurmd_pid("node2")
+    assert pid
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        proc = airlock_check(c, "--nodes", "node[1-3]", "--only", "gpu_count", "--json",
+                             timeout=150)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert proc.returncode == 3, proc.stdout + proc.stderr  # nothing failed, some inconclusive
+    by_node = {r["node"]: r for r in json.loads(proc.stdout)["nodes"]}
+    node2 = by_node["node2"]
+    assert node2["status"] == "inconclusive" and node2["failed_check"] is None, node2
+    assert node2["why"].startswith("no result from node: srun: ") and "node2" in node2["why"]
+    assert all(r["status"] in ("pass", "inconclusive") for r in by_node.values()), by_node
+    assert "No reservations" in c.run(["scontrol", "show", "reservation"])
+    for n in c.slurm.nodes(["node1", "node2", "node3"]):
+        assert not (n.drained and n.reason.startswith("airlock:")), n

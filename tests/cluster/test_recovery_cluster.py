@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import sqlite3
 import subprocess
@@ -38,6 +39,9 @@ def recovery_config(tmp_path, cloud: FakeCloud, level: str = "quick", **over) ->
         "replace_timeout": 45.0,
         "verdict_timeout": 60.0,
         "refail_window": 30.0,
+        # The dev cluster's machines boot within seconds (a replacement can boot 3 s after the
+        # reboot before it); real ones take minutes. 2 s still tells a slurmd restart (1 s).
+        "boot_shift_min": 2.0,
         "http": {"url": cloud.url, "token_file": str(token), "timeout": 1.0, "retries": 3,
                  "backoff": 0.1, "backoff_max": 1.0},
     }
@@ -46,8 +50,8 @@ def recovery_config(tmp_path, cloud: FakeCloud, level: str = "quick", **over) ->
             "burnin": {"cpu_size": 64, "cpu_iterations": 2}, "recovery": rec}
 
 
-def start_service(cluster, faults: str = "", log=None) -> subprocess.Popen:
-    env = cluster.env()
+def start_service(cluster, faults: str = "", log=None, config=None) -> subprocess.Popen:
+    env = cluster.env(**({"AIRLOCK_CONFIG": str(config)} if config else {}))
     env.pop("AIRLOCK_FAULTS", None)
     if faults:
         env["AIRLOCK_FAULTS"] = faults
@@ -70,6 +74,18 @@ def reboots_queued(cluster, node: str) -> int:
     log = (cluster.root / "log" / "slurmctld.log").read_text()
     return sum(1 for line in log.splitlines()
                if "reboot request queued for nodes" in line and line.rstrip().endswith(node))
+
+
+def service_events(log_path, event: str) -> list[dict]:
+    lines = log_path.read_text().splitlines() if log_path.exists() else []
+    return [e for e in map(json.loads, filter(None, lines)) if e.get("event") == event]
+
+
+def polls(db) -> int:
+    try:
+        return db_rows(db, "SELECT polls FROM heartbeat")[0][0]
+    except (sqlite3.OperationalError, IndexError):
+        return 0
 
 
 def healthy_and_free(cluster, db, node):
@@ -181,26 +197,45 @@ def test_mass_failure_trips_breaker_and_nothing_is_replaced(cluster_factory, tmp
         cluster.set_node_sim(n, gpus=healthy_gpus(7))
     cluster.start(wait=True)
     db = tmp_path / "recovery.db"
-    proc = start_service(cluster)
-    try:
-        cluster.wait(lambda: db_rows(db, "SELECT open FROM breaker") == [(1,)], 40,
-                     "breaker open")
-        time.sleep(10)  # longer than detect_grace: nothing may start while it is open
-    finally:
-        stop_service(proc)
-        cloud.stop()
-    assert db_rows(db, "SELECT COUNT(*) FROM actions") == [(0,)]
-    assert cloud.log == [] and all(reboots_queued(cluster, n) == 0 for n in nodes)
-    why = db_rows(db, "SELECT why FROM breaker")[0][0]
-    assert "gpu_count" in why or "of 4 nodes" in why
-    for n in nodes[:3]:
-        assert cluster.node(n).reason.startswith("airlock: FAIL gpu_count")
-    held = db_rows(db, "SELECT COUNT(*) FROM cases WHERE state='detected'")
-    assert held == [(3,)]
-    reset = subprocess.run([sys.executable, "-m", "airlock", "recover", "--reset-breaker"],
-                           env=cluster.env(), capture_output=True, text=True, timeout=30)
-    assert reset.returncode == 0 and "breaker reset" in reset.stdout
-    assert db_rows(db, "SELECT open FROM breaker") == [(0,)]
+    log = tmp_path / "service.log"
+    with open(log, "wb") as out:
+        proc = start_service(cluster, log=out)
+        try:
+            cluster.wait(lambda: db_rows(db, "SELECT open FROM breaker") == [(1,)], 40,
+                         "breaker open")
+            opened_at, polls_then = time.time(), polls(db)
+            time.sleep(10)  # longer than detect_grace: nothing may start while it is open ...
+            # ... and the service was alive and polling all that time, holding the actions.
+            assert proc.poll() is None, "the service died"
+            assert polls(db) - polls_then >= 8, (polls_then, polls(db))  # every 0.5 s
+            held = [e for e in service_events(log, "held") if e["ts"] > opened_at
+                    and "circuit breaker open" in e["detail"]]
+            assert {e["node"] for e in held} == set(nodes[:3]), held
+            assert len(held) >= 3 * 2  # polls after detect_grace each held all three
+            assert db_rows(db, "SELECT COUNT(*) FROM actions") == [(0,)]
+            assert cloud.log == [] and all(reboots_queued(cluster, n) == 0 for n in nodes)
+            why = db_rows(db, "SELECT why FROM breaker")[0][0]
+            assert "gpu_count" in why or "of 4 nodes" in why
+            for n in nodes[:3]:
+                assert cluster.node(n).reason.startswith("airlock: FAIL gpu_count")
+            held = db_rows(db, "SELECT COUNT(*) FROM cases WHERE state='detected'")
+            assert held == [(3,)]
+            # The operator resets the breaker while the service runs (it holds the lock) ...
+            reset = subprocess.run([sys.executable, "-m", "airlock", "recover",
+                                    "--reset-breaker"], env=cluster.env(),
+                                   capture_output=True, text=True, timeout=30)
+            assert reset.returncode == 0 and "breaker reset" in reset.stdout, reset.stderr
+            assert proc.poll() is None
+            # ... and its next poll honours it: the held reboots start (max_in_flight 2).
+            cluster.wait(lambda: db_rows(db, "SELECT COUNT(*) FROM actions") == [(2,)], 20,
+                         "actions after the reset")
+            assert db_rows(db, "SELECT open FROM breaker") == [(0,)]
+            assert sorted(db_rows(db, "SELECT kind FROM actions")) == [("reboot",), ("reboot",)]
+            events = [e for (e,) in db_rows(db, "SELECT event FROM history ORDER BY id")]
+            assert events.index("breaker_reset") < events.index("request")
+        finally:
+            stop_service(proc)
+            cloud.stop()
 
 
 def test_cloud_errors_retried_then_refusal_leaves_node_drained(cluster_factory, tmp_path):
@@ -213,7 +248,8 @@ def test_cloud_errors_retried_then_refusal_leaves_node_drained(cluster_factory, 
         tmp_path, cloud, policy=str(policy)))
     cloud.cluster = cluster
     cloud.refuse["node2"] = "no capacity: p5.48xlarge unavailable in use1-az2"
-    cloud.script = [500, (429, {"Retry-After": "0.2"}), "timeout"]
+    # The second attempt's own backoff is 0.2 s; the server asks for 0.8 s.
+    cloud.script = [500, (429, {"Retry-After": "0.8"}), "timeout"]
     cloud.slow_s = 2.5
     cluster.write_files()
     cluster.set_node_sim("node2", gpus=healthy_gpus(7))
@@ -227,11 +263,12 @@ def test_cloud_errors_retried_then_refusal_leaves_node_drained(cluster_factory, 
         cloud.stop()
     posts = cloud.posts("replace", "node2")
     assert len(posts) == 4  # 500, 429, timeout, then the refusal: one request, four attempts
-    assert posts[2]["ts"] - posts[1]["ts"] >= 0.2  # Retry-After honoured
+    assert posts[2]["ts"] - posts[1]["ts"] >= 0.8  # Retry-After honoured, not the backoff
     hist = db_rows(db, "SELECT event, detail FROM history WHERE node='node2' ORDER BY id")
     retries = [d for e, d in hist if e == "api_retry"]
     assert len(retries) == 3
     assert "HTTP 500" in retries[0] and "HTTP 429" in retries[1] and "timeout" in retries[2]
+    assert "retrying in 0.10s" in retries[0] and "retrying in 0.80s" in retries[1]
     refused = [d for e, d in hist if e == "refused"]
     assert refused and "no capacity: p5.48xlarge unavailable" in refused[0]
     assert db_rows(db, "SELECT status FROM actions") == [("refused",)]
@@ -243,3 +280,91 @@ def test_cloud_errors_retried_then_refusal_leaves_node_drained(cluster_factory, 
     assert "no capacity" in show.stdout and show.returncode == 0
     assert reboots_queued(cluster, "node2") == 0
     assert RecoveryStore(str(db), readonly=True).cases()["node2"].note.startswith("replace refused")
+
+
+def test_slurmd_restart_is_not_a_reboot_and_stuck_nodes_are_reported(cluster_factory, tmp_path):
+    """A reboot that the provider accepted but that has not happened yet: slurmd restarts that
+    move BootTime (by 3 s: the rounding of a restart or `scontrol reconfigure`; by 45 s: a clock
+    step) must not count as the reboot; the real one (a fresh boot) must. Then a node left in
+    `airlock: pending` past [registration] suite_timeout + stuck_grace is reported, not touched.
+    """
+    calls = tmp_path / "calls"
+    exe = tmp_path / "cloudctl"
+    exe.write_text(f"#!/bin/sh\necho \"$@\" >> {calls}\nexit 0\n")  # accepts, does nothing
+    exe.chmod(0o755)
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[[class]]\nname = "default"\nchecks = ["*"]\nladder = ["reboot"]\n')
+    rec = {"provider": "command", "reboot_via": "provider", "command": {"path": str(exe)},
+           "db": str(tmp_path / "recovery.db"), "policy": str(policy), "poll_interval": 0.5,
+           "detect_grace": 0.0, "cooldown": 1.0, "reboot_timeout": 120.0,
+           "verdict_timeout": 60.0, "stuck_grace": 2.0}
+    cluster = cluster_factory(start=False, nodes=["node1", "node2"], airlock={
+        "registration": {"level": "quick"}, "recovery": rec})
+    cluster.write_files()
+    cluster.set_node_sim("node2", gpus=healthy_gpus(7))
+    # The service reads its own copy of the config, with a short suite_timeout, so that a node
+    # is "stuck" after 1 + 2 s; the nodes keep theirs.
+    service_conf = tmp_path / "service.toml"
+    text = cluster.airlock_conf.read_text()
+    assert "suite_timeout = 240" in text
+    service_conf.write_text(text.replace("suite_timeout = 240", "suite_timeout = 1"))
+    cluster.start(wait=True)
+    db = tmp_path / "recovery.db"
+    log = tmp_path / "service.log"
+
+    def boot_time():
+        return cluster.node("node2").boot_time
+
+    def restart_slurmd(boot_shift: int) -> str:
+        """Restart node2's slurmd without a reboot, its boot clock moved by boot_shift s."""
+        before = boot_time()
+        cluster.stop_node("node2")
+        # the dev cluster's own spawn (its processes are stopped with the cluster); a time
+        # namespace whose boot clock is boot_shift s behind moves BootTime by that much
+        cluster._spawn(["slurmd", "-D", "-N", "node2", "-f", str(cluster.conf)], "slurmd-node2",
+                       ["unshare", "--time", "--fork", f"--boottime=-{boot_shift}"])
+        return cluster.wait(lambda: (boot_time() != before and cluster.node("node2").responding
+                                     and boot_time()), 30, f"slurmd back, BootTime +{boot_shift}")
+
+    with open(log, "wb") as out:
+        proc = start_service(cluster, log=out, config=service_conf)
+        try:
+            cluster.wait(lambda: case_state(db, "node2") == "reboot_requested"
+                         and calls.exists(), 60, "reboot requested through the command")
+            first = boot_time()
+            for shift in (3, 45):
+                moved = restart_slurmd(shift)
+                assert moved != first
+                time.sleep(3)  # six polls see the moved BootTime
+                assert case_state(db, "node2") == "reboot_requested", (shift, moved)
+                assert not service_events(log, "booted")
+            cluster.run(["scontrol", "reconfigure"])
+            time.sleep(3)
+            assert case_state(db, "node2") == "reboot_requested"
+            # The reboot really happens: a fresh boot is believed at once.
+            cluster.restart_node("node2", fresh_boot=True, wait=False)
+            cluster.wait(lambda: service_events(log, "booted"), 40, "the real reboot seen")
+            assert case_state(db, "node2") in ("rebooted", "manual")
+            assert calls.read_text().splitlines() == [
+                f"reboot node2 --request-id {db_rows(db, 'SELECT request_id FROM actions')[0][0]}"]
+
+            # A node left pending (e.g. a resume that failed once) is reported as stuck.
+            cluster.wait(lambda: not cluster.node("node1").drained, 30, "node1 in service")
+            cluster.run(["scontrol", "update", "nodename=node1", "state=drain",
+                         "reason=airlock: pending quick check boot"])
+            stuck = cluster.wait(lambda: service_events(log, "stuck"), 30, "node1 stuck")
+            assert [e["node"] for e in stuck] == ["node1"]
+            assert "'airlock: pending quick check boot' for " in stuck[0]["detail"]
+            assert [r[0] for r in db_rows(db, "SELECT node FROM stuck")] == ["node1"]
+            assert case_state(db, "node1") is None  # reported, not acted on
+            time.sleep(2)
+            assert len(service_events(log, "stuck")) == 1  # once, not on every poll
+            cluster.run(["scontrol", "update", "nodename=node1", "state=resume"])
+            cluster.wait(lambda: service_events(log, "unstuck"), 20, "node1 unstuck")
+            assert db_rows(db, "SELECT COUNT(*) FROM stuck") == [(0,)]
+        finally:
+            stop_service(proc)
+    show = subprocess.run([sys.executable, "-m", "airlock", "recover", "--show", "--json"],
+                          env=cluster.env(), capture_output=True, text=True, timeout=30)
+    doc = json.loads(show.stdout)
+    assert doc["heartbeat"]["polls"] > 20 and doc["stuck"] == {}

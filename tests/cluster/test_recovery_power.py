@@ -43,6 +43,7 @@ def power_config(tmp_path) -> dict:
         "replace_timeout": 60.0,
         "verdict_timeout": 60.0,
         "refail_window": 120.0,  # the case stays "healthy" (not "done") while the test looks
+        "boot_shift_min": 2.0,  # the dev cluster's instances boot seconds apart
     }
     return {"registration": {"level": "quick", "boot_tolerance": 2.0}, "recovery": rec}
 

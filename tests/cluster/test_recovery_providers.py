@@ -33,7 +33,7 @@ def http(cloud, tmp_path, record=None, **kw):
 
 
 def t(node="gpu1", rid="airlock-7-replace-gpu1"):
-    return pv.Target(node, rid, f"airlock: recover replace {rid}")
+    return pv.ActionTarget(node, rid, f"airlock: recover replace {rid}")
 
 
 # --- aws-hyperpod through botocore's own model -------------------------------------------------

@@ -58,3 +58,54 @@ def test_a_pairing_that_fails_once_is_confirmed_before_blame():
 
     s = find_culprits(["a", "b", "c", "d"], test)
     assert s.bad == ["c"] and "d" in s.good
+
+
+def test_a_test_without_a_verdict_blames_nobody():
+    """srun could not launch a pairing (no member reported): the search stops; nodes cleared
+    before stay good, nobody else is blamed."""
+    calls = []
+
+    def test(nodes):
+        calls.append(nodes)
+        if len(calls) == 1:
+            return False  # the whole group fails (c is bad) ...
+        if len(calls) == 2:
+            return True  # ... [a, b] passes ...
+        return None  # ... then every launch fails: no verdict about c or d
+
+    s = find_culprits(["a", "b", "c", "d"], test)
+    assert s.no_verdict and s.bad == []
+    assert sorted(s.good) == ["a", "b"] and sorted(s.inconclusive) == ["c", "d"]
+
+
+def test_a_blame_confirmed_on_verdicts_stands_when_a_later_test_has_none():
+    def test(nodes):
+        if "c" in nodes:
+            return False
+        if "d" in nodes and len(nodes) == 2:
+            return None  # d's pairing could not launch
+        return True
+
+    s = find_culprits(["a", "b", "c", "d"], test, known_good=["z"])
+    assert s.bad == ["c"] and "d" in s.inconclusive and "d" not in s.bad
+
+
+@settings(max_examples=200)
+@given(st.integers(min_value=2, max_value=12), st.data())
+def test_no_verdict_never_adds_blame(n, data):
+    """Whatever tests lose their verdict, a node is blamed only if the same search without
+    those losses would blame it too (blame comes from verdicts only)."""
+    nodes = [f"n{i:02d}" for i in range(n)]
+    bad = set(data.draw(st.lists(st.sampled_from(nodes), max_size=n, unique=True)))
+    lost = data.draw(st.sets(st.integers(min_value=0, max_value=40), max_size=5))
+    count = {"n": 0}
+
+    def test(group):
+        count["n"] += 1
+        return None if count["n"] - 1 in lost else not (set(group) & bad)
+
+    s = find_culprits(nodes, test, known_good=["ref"], max_tests=1000)
+    assert set(s.bad) <= bad
+    assert sorted(s.bad + [g for g in s.good if g != "ref"] + s.inconclusive) == sorted(nodes)
+    if not s.no_verdict:
+        assert set(s.bad) == bad

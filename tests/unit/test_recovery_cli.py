@@ -29,3 +29,13 @@ def test_bad_recovery_config_is_one_line(tmp_path):
     assert p.stderr.strip().count("\n") == 0 and "provider: must be one of" in p.stderr
 
 
+
+
+def test_history_with_an_empty_node_name_is_refused(tmp_path):
+    conf = tmp_path / "airlock.toml"
+    conf.write_text(f'[recovery]\ndb = "{tmp_path / "recovery.db"}"\n')
+    p = subprocess.run([sys.executable, "-m", "airlock", "recover", "--history", ""],
+                       env=dict(os.environ, AIRLOCK_CONFIG=str(conf)), capture_output=True,
+                       text=True, timeout=30)  # the service loop would run into the timeout
+    assert p.returncode == 2 and p.stderr.strip() == "airlock: --history: needs a node name"
+    assert p.stdout == "" and not (tmp_path / "recovery.db").exists()

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import settings
+from hypothesis import event, settings
 from hypothesis import strategies as hs
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    rule,
+    run_state_machine_as_test,
+)
 
 from airlock import config
 from airlock.errors import ConfigError
@@ -26,8 +31,18 @@ def limits(**kw) -> RecoverySection:
     return RecoverySection(**base)
 
 
-def obs(name="n1", reason=FAIL, drained=True, busy=False, boot="B0", flags=()):
-    return m.Obs(name, reason, drained, busy, boot, frozenset(flags), "IDLE")
+def boot(t: float) -> str:
+    """A BootTime as scontrol prints it, t seconds after the epoch of these tests' clocks."""
+    return m.format_slurm_time(t)
+
+
+# Test clocks start near 0: the node booted long before, then at 20 (after a request at 11),
+# then at 60 (after a request at 51).
+B0, B1, B2 = boot(-1000), boot(20), boot(60)
+
+
+def obs(name="n1", reason=FAIL, drained=True, busy=False, boot=B0, flags=(), reason_time=""):
+    return m.Obs(name, reason, drained, busy, boot, frozenset(flags), "IDLE", reason_time)
 
 
 def walk(case, o, now, lim=None):
@@ -41,20 +56,20 @@ def test_full_ladder_reboot_then_replace_then_healthy_then_done():
     assert s.new and s.case.state == m.DETECTED and s.case.ladder == ("reboot", "replace")
     assert walk(s.case, obs(), 5).want is None  # detect_grace
     assert walk(s.case, obs(), 11).want == "reboot"
-    req = s.case.to(m.REBOOT_REQUESTED, 11, action="reboot", boot_before="B0")
+    req = s.case.to(m.REBOOT_REQUESTED, 11, action="reboot", boot_before=B0)
     assert walk(req, obs(flags=["REBOOT_ISSUED"]), 20).case.state == m.REBOOT_REQUESTED
-    booted = walk(req, obs(reason="airlock: pending standard check boot", boot="B1"), 30).case
+    booted = walk(req, obs(reason="airlock: pending standard check boot", boot=B1), 30).case
     assert booted.state == m.REBOOTED
-    assert walk(booted, obs(reason="airlock: checking standard", boot="B1"), 40).case is booted
-    esc = walk(booted, obs(boot="B1"), 50)
+    assert walk(booted, obs(reason="airlock: checking standard", boot=B1), 40).case is booted
+    esc = walk(booted, obs(boot=B1), 50)
     assert esc.case.state == m.DETECTED and esc.case.step == 1 and esc.case.next_action == "replace"
-    assert walk(esc.case, obs(boot="B1"), 51).want == "replace"  # no grace on escalation
-    rq = esc.case.to(m.REPLACE_REQUESTED, 51, action="replace", boot_before="B1")
-    rep = walk(rq, obs(reason="airlock: pending standard check new", boot="B2"), 80).case
+    assert walk(esc.case, obs(boot=B1), 51).want == "replace"  # no grace on escalation
+    rq = esc.case.to(m.REPLACE_REQUESTED, 51, action="replace", boot_before=B1)
+    rep = walk(rq, obs(reason="airlock: pending standard check new", boot=B2), 80).case
     assert rep.state == m.REPLACED
-    ok = walk(rep, obs(reason="", drained=False, boot="B2"), 90).case
+    ok = walk(rep, obs(reason="", drained=False, boot=B2), 90).case
     assert ok.state == m.HEALTHY
-    assert walk(ok, obs(reason="", drained=False, boot="B2"), 90 + lim.refail_window + 1
+    assert walk(ok, obs(reason="", drained=False, boot=B2), 90 + lim.refail_window + 1
                 ).case.state == m.DONE
 
 
@@ -70,10 +85,10 @@ def test_never_acts_on_busy_node_or_foreign_drain():
 def test_timeouts_escalate_and_exhaust_to_manual():
     lim = limits()
     case = walk(None, obs(), 0).case
-    req = case.to(m.REBOOT_REQUESTED, 10, action="reboot", boot_before="B0")
+    req = case.to(m.REBOOT_REQUESTED, 10, action="reboot", boot_before=B0)
     s = walk(req, obs(), 10 + lim.reboot_timeout + 1)
     assert s.case.state == m.DETECTED and s.case.next_action == "replace"
-    rq = s.case.to(m.REPLACE_REQUESTED, 700, action="replace", boot_before="B0")
+    rq = s.case.to(m.REPLACE_REQUESTED, 700, action="replace", boot_before=B0)
     s = walk(rq, obs(), 700 + lim.replace_timeout + 1)
     assert s.case.state == m.MANUAL
     assert walk(s.case, obs(), 5000).case.state == m.MANUAL  # stays until a person acts
@@ -83,14 +98,78 @@ def test_timeouts_escalate_and_exhaust_to_manual():
 def test_a_node_gone_from_slurm_still_times_out_to_a_person():
     lim = limits()
     case = walk(None, obs(), 0).case
-    rq = case.to(m.REPLACE_REQUESTED, 10, action="replace", boot_before="B0")
+    rq = case.to(m.REPLACE_REQUESTED, 10, action="replace", boot_before=B0)
     assert walk(rq, None, 10 + lim.replace_timeout - 1).case is rq  # still waiting
     s = walk(rq, None, 10 + lim.replace_timeout + 1)
     assert s.case.state == m.MANUAL and s.want is None
-    req = case.to(m.REBOOT_REQUESTED, 10, action="reboot", boot_before="B0")
+    req = case.to(m.REBOOT_REQUESTED, 10, action="reboot", boot_before=B0)
     assert walk(req, None, 10 + lim.reboot_timeout + 1).case.state == m.DETECTED
     detected = walk(None, obs(), 0).case
     assert walk(detected, None, 10_000).case is detected  # nothing to act on: no action
+
+
+def test_slurm_times_parse_as_local_time():
+    assert m.parse_slurm_time(boot(1234567)) == 1234567
+    assert m.parse_slurm_time("2026-11-30T08:00:00") == m.parse_slurm_time("2026-11-30 08:00:00")
+    for bad in ("", "None", "Unknown", "B1", "2026-13-40T99:00:00"):
+        assert m.parse_slurm_time(bad) is None, bad
+
+
+def test_only_a_real_gap_counts_as_a_new_boot():
+    lim = limits()  # boot_shift_min 5, boot_skew 10
+    request = 100_000.0
+    old = boot(request - 86_400)
+    for shift in (-1, 1, 2, 5):  # slurmd restart / scontrol reconfigure: BootTime moves a little
+        assert not m.is_new_boot(boot(request - 86_400 + shift), old, request, lim), shift
+    # a clock step moves BootTime further, but it stays older than the request
+    assert not m.is_new_boot(boot(request - 86_400 + 45), old, request, lim)
+    assert not m.is_new_boot(boot(request - 11), old, request, lim)  # before the request
+    assert m.is_new_boot(boot(request + 30), old, request, lim)  # a real reboot
+    assert m.is_new_boot(boot(request - 9), old, request, lim)  # node clock behind by < skew
+    assert m.is_new_boot(boot(request + 3), "", request, lim)  # boot before unknown
+    assert not m.is_new_boot("Unknown", old, request, lim)  # unreadable proves nothing
+    # a node that booted just before the request: a restart right after it is still not a boot
+    recent = boot(request - 2)
+    assert not m.is_new_boot(boot(request - 1), recent, request, lim)
+    assert m.is_new_boot(boot(request + 40), recent, request, lim)
+    strict = limits(boot_shift_min=60, boot_skew=0)
+    assert not m.is_new_boot(boot(request - 1), old, request, strict)
+    assert not m.is_new_boot(boot(request + 40), recent, request, strict)
+
+
+def test_a_slurmd_restart_is_not_the_reboot():
+    """The machine waits through BootTime jitter and believes only the real boot."""
+    lim = limits()
+    case = walk(None, obs(), 0).case
+    req = case.to(m.REBOOT_REQUESTED, 11, action="reboot", boot_before=B0)
+    jitter = boot(m.parse_slurm_time(B0) + 1)
+    assert walk(req, obs(boot=jitter), 15).case is req  # slurmd restarted, no reboot
+    assert walk(req, obs(boot="Unknown"), 16).case is req
+    assert walk(req, obs(boot=jitter), 11 + lim.reboot_timeout + 1).case.state == m.DETECTED
+    assert walk(req, obs(boot=B1), 30).case.state == m.REBOOTED
+
+
+def test_stuck_pending_or_checking_is_reported_after_suite_timeout_plus_grace():
+    now = 100_000.0
+    after = 1800 + 300  # [registration] suite_timeout + [recovery] stuck_grace
+    old, fresh = boot(now - after - 5), boot(now - after + 5)
+    pending = "airlock: pending standard check boot"
+    checking = "airlock: checking standard"
+    nodes = [
+        obs("a", pending, reason_time=old),
+        obs("b", checking, reason_time=old),
+        obs("c", pending, reason_time=fresh),  # still within the limit
+        obs("d", pending, reason_time=old, busy=True),  # a job runs: not its suite
+        obs("e", pending, reason_time=old, flags=["REBOOT_ISSUED"]),  # rebooting
+        obs("f", pending, reason_time=old, flags=["NOT_RESPONDING"]),
+        obs("g", FAIL, reason_time=old),  # a verdict: recovery's case, not stuck
+        obs("h", pending, reason_time=old, drained=False),  # history, not a claim
+        obs("i", pending, reason_time="garbage"),
+        obs("j", "admin: pending rma", reason_time=old),
+    ]
+    stuck = m.stuck_nodes(nodes, now, after)
+    assert sorted(stuck) == ["a", "b"]
+    assert stuck["a"] == (pending, m.parse_slurm_time(old))
 
 
 def test_classes_pick_the_ladder():
@@ -179,6 +258,10 @@ def test_policy_file_missing(tmp_path):
     ({"reboot_via": "provider", "provider": "slurm-power"}, "needs a provider that reboots"),
     ({"http": {"tokn_file": "x"}}, "unknown key 'tokn_file'"),
     ({"poll_interval": "fast"}, "expected a number"),
+    ({"cooldown": float("nan")}, "cooldown: must be a finite number"),
+    ({"poll_interval": float("inf")}, "poll_interval: must be a finite number"),
+    ({"boot_skew": -1.0}, "boot_skew: must be >= 0"),
+    ({"stuck_grace": float("inf")}, "stuck_grace: must be a finite number"),
 ])
 def test_recovery_config_errors(section, message):
     with pytest.raises(ConfigError, match=message):
@@ -193,40 +276,65 @@ def test_recovery_config_nested_tables():
 
 # --- property-based: random event sequences against decide + rails -------------------------
 NODES = [f"n{i}" for i in range(5)]
+CHECKS = ["gpu_count", "burnin", "xid"]
+T0 = 1_700_000_000.0
 
 
 class RecoveryWorld(RuleBasedStateMachine):
-    """A fleet whose nodes fail, reboot, get replaced and pass or fail, in any order, with the
-    clock jumping; `decide` runs on every poll. The world plays Slurm and the provider."""
+    """A fleet whose nodes fail (alone or many at once), reboot, get replaced and pass or fail,
+    restart slurmd without rebooting, in any order, with the clock jumping; `decide` runs on
+    every poll. The world plays Slurm and the provider, and keeps its own record of what really
+    happened (starts, real boots), which the invariants check the machine against."""
+
+    counts = {"examples": 0, "tripped": 0, "held_by_breaker": 0, "booted": 0}
 
     def __init__(self):
         super().__init__()
         self.lim = limits(detect_grace=5, cooldown=60, max_actions_per_hour=3, rate_window=600,
-                          max_in_flight=2, breaker_min_nodes=4, breaker_same_check=4,
-                          breaker_share=0.9, breaker_window=60, reboot_timeout=120,
+                          max_in_flight=2, breaker_min_nodes=3, breaker_same_check=3,
+                          breaker_share=0.5, breaker_window=60, reboot_timeout=120,
                           replace_timeout=200, verdict_timeout=150, refail_window=300)
-        self.now = 1000.0
-        self.nodes = {n: {"reason": "", "drained": False, "busy": False, "boot": 0}
-                      for n in NODES}
+        self.now = T0
+        self.nodes = {n: {"reason": "", "drained": False, "busy": False, "boot_at": T0 - 86400,
+                          "boots": 0} for n in NODES}
         self.cases: dict[str, m.Case] = {}
-        self.starts: list[tuple[float, str, str]] = []
+        # every start: (time, node, action, the node's real boot count then)
+        self.starts: list[tuple[float, str, str, int]] = []
         self.detections: list[tuple[str, str, float]] = []
         self.breaker = ""
-        self.pending: dict[str, str] = {}  # node -> action the provider is carrying out
+        self.outstanding: dict[str, list[str]] = {n: [] for n in NODES}  # provider's queue
+        self.tripped = self.held_by_breaker = self.booted = False
+
+    def teardown(self):
+        c = RecoveryWorld.counts
+        c["examples"] += 1
+        c["tripped"] += self.tripped
+        c["held_by_breaker"] += self.held_by_breaker
+        c["booted"] += self.booted
 
     def ledger(self) -> m.Ledger:
-        times = [t for t, _n, _a in self.starts if self.now - t < self.lim.rate_window]
+        times = [t for t, _n, _a, _b in self.starts if self.now - t < self.lim.rate_window]
         last: dict[str, float] = {}
-        for t, n, _a in self.starts:
+        for t, n, _a, _b in self.starts:
             last[n] = max(last.get(n, 0), t)
         return m.Ledger(times, last, list(self.detections), bool(self.breaker), self.breaker)
 
-    @rule(node=hs.sampled_from(NODES), check=hs.sampled_from(["gpu_count", "burnin", "xid"]))
-    def fail(self, node, check):
+    def _fail(self, node, check):
         n = self.nodes[node]
         if n["reason"] and not n["reason"].startswith("airlock:"):
             return
         n.update(reason=f"airlock: FAIL {check} broken", drained=True)
+
+    @rule(node=hs.sampled_from(NODES), check=hs.sampled_from(CHECKS))
+    def fail(self, node, check):
+        self._fail(node, check)
+
+    @rule(nodes=hs.sets(hs.sampled_from(NODES), min_size=3), check=hs.sampled_from(CHECKS))
+    def mass_failure(self, nodes, check):
+        """A shared cause (a bad driver roll-out, a switch): what the breaker is for."""
+        for node in sorted(nodes):
+            self._fail(node, check)
+        self.poll()
 
     @rule(node=hs.sampled_from(NODES), drain=hs.booleans())
     def admin(self, node, drain):
@@ -239,13 +347,19 @@ class RecoveryWorld(RuleBasedStateMachine):
     def jobs(self, node, busy):
         self.nodes[node]["busy"] = busy
 
+    @rule(node=hs.sampled_from(NODES), shift=hs.sampled_from([-3, -1, 1, 2, 3]))
+    def slurmd_restart(self, node, shift):
+        """slurmd restarts (or `scontrol reconfigure`): BootTime moves, nothing rebooted."""
+        self.nodes[node]["boot_at"] += shift
+
     @rule(node=hs.sampled_from(NODES), passes=hs.booleans())
     def provider_finishes(self, node, passes):
-        if node not in self.pending:
+        if not self.outstanding[node]:
             return
-        del self.pending[node]
+        self.outstanding[node].pop(0)
         n = self.nodes[node]
-        n["boot"] += 1
+        n["boots"] += 1
+        n["boot_at"] = self.now
         n.update(reason="" if passes else "airlock: FAIL gpu_count still broken",
                  drained=not passes)
 
@@ -270,38 +384,54 @@ class RecoveryWorld(RuleBasedStateMachine):
 
     @rule()
     def poll(self):
-        observations = [m.Obs(name, n["reason"], n["drained"], n["busy"], f"B{n['boot']}",
-                              frozenset(), "IDLE") for name, n in self.nodes.items()]
-        before = dict(self.cases)
+        observations = [
+            m.Obs(name, n["reason"], n["drained"], n["busy"], m.format_slurm_time(n["boot_at"]),
+                  # Slurm shows a queued reboot until it happens
+                  frozenset({"REBOOT_REQUESTED"}) if "reboot" in self.outstanding[name]
+                  else frozenset(), "IDLE")
+            for name, n in self.nodes.items()]
         ledger = self.ledger()
         d = m.decide(self.cases, observations, self.now, POLICY, self.lim, ledger)
         self.detections += d.detections
         if d.trip:
             self.breaker = d.trip
+            self.tripped = True
+            event("breaker tripped")
         if ledger.breaker_open or d.trip:
             assert not d.starts, "an action started while the breaker was open"
+            if any("circuit breaker" in why for _n, _a, why in d.held):
+                self.held_by_breaker = True
+                event("actions held by the open breaker")
+        for node, ev, _detail in d.events:
+            if ev == "booted":
+                # the machine believes a boot only when one really happened since its request
+                last = max(b for _t, n, _a, b in self.starts if n == node)
+                assert self.nodes[node]["boots"] > last, f"{node}: slurmd restart taken as boot"
+                self.booted = True
         for node, action in d.starts:
-            assert before.get(node) is None or before[node].state not in m.AWAITING_BOOT, \
-                "second action in flight for one node"
-            assert node not in self.pending
             n = self.nodes[node]
             assert not n["busy"] and n["drained"] and n["reason"].startswith("airlock:")
-            self.starts.append((self.now, node, action))
-            self.pending[node] = action
+            self.starts.append((self.now, node, action, n["boots"]))
+            self.outstanding[node].append(action)
             n["reason"] = f"airlock: recover {action} x"
         self.cases = d.cases
-        for node, c in self.cases.items():  # the world drops requests that were given up on
-            if c.state not in m.AWAITING_BOOT:
-                self.pending.pop(node, None)
 
     @invariant()
-    def at_most_one_action_in_flight_per_node(self):
-        flying = [n for n, c in self.cases.items() if c.state in m.AWAITING_BOOT]
-        assert set(self.pending) <= set(flying)
+    def one_action_in_flight_per_node(self):
+        """From the world's own record: a second action on a node starts only after the first
+        one's new boot really happened or its timeout ran out."""
+        timeout = {"reboot": self.lim.reboot_timeout, "replace": self.lim.replace_timeout}
+        by_node: dict[str, list[tuple[float, str, int]]] = {}
+        for t, n, a, b in self.starts:
+            by_node.setdefault(n, []).append((t, a, b))
+        for node, starts in by_node.items():
+            for (t1, a1, b1), (t2, _a2, b2) in zip(starts, starts[1:], strict=False):
+                assert b2 > b1 or t2 - t1 > timeout[a1], \
+                    f"{node}: second action {t2 - t1:g}s after a {a1} that had not finished"
 
     @invariant()
     def rate_limit_never_exceeded(self):
-        times = sorted(t for t, _n, _a in self.starts)
+        times = sorted(t for t, _n, _a, _b in self.starts)
         for i, t in enumerate(times):
             inside = [u for u in times[i:] if u - t < self.lim.rate_window]
             assert len(inside) <= self.lim.max_actions_per_hour
@@ -311,12 +441,21 @@ class RecoveryWorld(RuleBasedStateMachine):
         flying = [c for c in self.cases.values() if c.state in m.IN_FLIGHT]
         assert len(flying) <= self.lim.max_in_flight
         per: dict[str, float] = {}
-        for t, n, _a in self.starts:
+        for t, n, _a, _b in self.starts:
             if n in per:
                 assert t - per[n] >= self.lim.cooldown
             per[n] = t
 
 
-RecoveryWorld.TestCase.settings = settings(max_examples=100, stateful_step_count=80,
-                                           deadline=None)
-TestRecoveryWorld = RecoveryWorld.TestCase
+def test_recovery_world_properties():
+    RecoveryWorld.counts.update(dict.fromkeys(RecoveryWorld.counts, 0))
+    # derandomize: the same examples on every run, so that the reach figures below are stable
+    # (about 23 % trip the breaker, 12 % hold wanted actions on it, 20 % see real boots).
+    run_state_machine_as_test(RecoveryWorld, settings=settings(
+        max_examples=120, stateful_step_count=60, deadline=None, derandomize=True))
+    c = RecoveryWorld.counts
+    # The assertions inside poll must be exercised, not just present: a good share of the runs
+    # trip the breaker, hold wanted actions on it, and believe real boots.
+    assert c["tripped"] >= 0.12 * c["examples"], c
+    assert c["held_by_breaker"] >= 0.06 * c["examples"], c
+    assert c["booted"] >= 0.1 * c["examples"], c

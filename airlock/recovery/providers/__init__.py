@@ -8,10 +8,10 @@ from airlock.recovery.providers.base import (
     ERROR,
     ISSUED,
     REFUSED,
+    ActionTarget,
     Provider,
     Recorder,
     Result,
-    Target,
     dumps,
     mark,
     no_record,
@@ -22,7 +22,7 @@ from airlock.recovery.providers.factory import make
 from airlock.recovery.providers.slurm import HyperpodSlurm, SlurmPower, SlurmReboot
 
 __all__ = [
-    "ERROR", "ISSUED", "REFUSED", "Command", "HyperpodSlurm", "Provider", "Recorder", "Result",
-    "SlurmPower", "SlurmReboot", "Target", "dumps", "make", "mark", "no_record",
+    "ERROR", "ISSUED", "REFUSED", "ActionTarget", "Command", "HyperpodSlurm", "Provider",
+    "Recorder", "Result", "SlurmPower", "SlurmReboot", "dumps", "make", "mark", "no_record",
     "recover_reason",
 ]

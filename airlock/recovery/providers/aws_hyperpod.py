@@ -15,10 +15,10 @@ from airlock.recovery.providers.base import (
     ERROR,
     ISSUED,
     REFUSED,
+    ActionTarget,
     Provider,
     Recorder,
     Result,
-    Target,
 )
 
 BATCH = 25
@@ -78,7 +78,7 @@ class HyperpodProvider(Provider):
         return self.ids.get(node)
 
     # --- actions ---------------------------------------------------------------------------
-    def submit(self, action: str, targets: list[Target]) -> dict[str, Result]:
+    def submit(self, action: str, targets: list[ActionTarget]) -> dict[str, Result]:
         from botocore.exceptions import BotoCoreError, ClientError
 
         out: dict[str, Result] = {}
@@ -122,7 +122,7 @@ class HyperpodProvider(Provider):
                 out.setdefault(by_id[nid], Result(ERROR, f"{nid}: not in the API's answer"))
         return out
 
-    def lookup(self, action: str, target: Target, obs: Obs | None) -> bool:
+    def lookup(self, action: str, target: ActionTarget, obs: Obs | None) -> bool:
         """BatchReboot/Replace take no idempotency token: the instance's status says whether
         our request went through (anything but Running), so a restart does not send it twice."""
         from botocore.exceptions import BotoCoreError, ClientError

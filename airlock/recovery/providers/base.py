@@ -25,7 +25,7 @@ Recorder = Callable[[str, str, str], None]  # node, event, detail
 
 
 @dataclass(frozen=True)
-class Target:
+class ActionTarget:
     node: str
     request_id: str
     reason: str  # the Airlock reason that marks the action in Slurm
@@ -45,10 +45,10 @@ class Provider:
     name = "none"
     actions: tuple[str, ...] = ()
 
-    def submit(self, action: str, targets: list[Target]) -> dict[str, Result]:
+    def submit(self, action: str, targets: list[ActionTarget]) -> dict[str, Result]:
         return {t.node: Result(REFUSED, f"provider {self.name} cannot {action}") for t in targets}
 
-    def lookup(self, action: str, target: Target, obs: Obs | None) -> bool:
+    def lookup(self, action: str, target: ActionTarget, obs: Obs | None) -> bool:
         return False
 
     def owns_reason(self, reason: str) -> bool:
@@ -58,7 +58,7 @@ class Provider:
         return None
 
 
-def mark(slurm, target: Target) -> None:
+def mark(slurm, target: ActionTarget) -> None:
     """Put Airlock's recover reason on the node, so that the drain stays owned and says why."""
     slurm.drain(target.node, target.reason)
 

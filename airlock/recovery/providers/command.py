@@ -7,7 +7,7 @@ import subprocess
 
 from airlock.errors import ConfigError
 from airlock.recovery.machine import Obs
-from airlock.recovery.providers.base import ERROR, ISSUED, REFUSED, Provider, Result, Target
+from airlock.recovery.providers.base import ERROR, ISSUED, REFUSED, ActionTarget, Provider, Result
 
 
 class Command(Provider):
@@ -28,7 +28,7 @@ class Command(Provider):
         self.path = path
         self.timeout = timeout
 
-    def _run(self, verb: str, t: Target) -> tuple[int, str]:
+    def _run(self, verb: str, t: ActionTarget) -> tuple[int, str]:
         argv = [self.path, verb, t.node, "--request-id", t.request_id]
         env = dict(os.environ, AIRLOCK_REASON=t.reason)
         try:
@@ -41,7 +41,7 @@ class Command(Provider):
         lines = (p.stderr or p.stdout).strip().splitlines()
         return p.returncode, (lines[-1] if lines else f"exit {p.returncode}")[:300]
 
-    def submit(self, action: str, targets: list[Target]) -> dict[str, Result]:
+    def submit(self, action: str, targets: list[ActionTarget]) -> dict[str, Result]:
         out = {}
         for t in targets:
             rc, msg = self._run(action, t)
@@ -49,7 +49,7 @@ class Command(Provider):
             out[t.node] = Result(status, msg if rc else f"{os.path.basename(self.path)} ok")
         return out
 
-    def lookup(self, action: str, target: Target, obs: Obs | None) -> bool:
+    def lookup(self, action: str, target: ActionTarget, obs: Obs | None) -> bool:
         return self._run("status", target)[0] == 0
 
 

@@ -11,20 +11,20 @@ from airlock.recovery.providers.slurm import HyperpodSlurm, SlurmPower, SlurmReb
 
 def make(cfg, slurm, record: Recorder = no_record) -> tuple[Provider, Provider]:
     """(rebooter, replacer) for this config."""
-    rc = cfg.recovery
-    name = rc.provider
+    settings = cfg.recovery
+    name = settings.provider
     if name == "http":
-        replacer: Provider = HttpProvider(rc.http, record)
+        replacer: Provider = HttpProvider(settings.http, record)
     elif name == "command":
-        replacer = Command(rc.command.path, rc.command.timeout)
+        replacer = Command(settings.command.path, settings.command.timeout)
     elif name == "aws-hyperpod":
-        replacer = HyperpodProvider.from_settings(rc.aws_hyperpod, record)
+        replacer = HyperpodProvider.from_settings(settings.aws_hyperpod, record)
     elif name == "hyperpod-slurm":
         replacer = HyperpodSlurm(slurm)
     elif name == "slurm-power":
         replacer = SlurmPower(slurm)
     else:
         replacer = Provider()
-    rebooter = SlurmReboot(slurm) if rc.reboot_via == "slurm" else replacer
+    rebooter = SlurmReboot(slurm) if settings.reboot_via == "slurm" else replacer
     return rebooter, replacer
 

@@ -22,10 +22,10 @@ from airlock.recovery.providers.base import (
     ERROR,
     ISSUED,
     REFUSED,
+    ActionTarget,
     Provider,
     Recorder,
     Result,
-    Target,
 )
 
 RETRY_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
@@ -125,7 +125,7 @@ class HttpProvider(Provider):
                                                "giving up for now")
         return last
 
-    def submit(self, action: str, targets: list[Target]) -> dict[str, Result]:
+    def submit(self, action: str, targets: list[ActionTarget]) -> dict[str, Result]:
         out = {}
         for t in targets:
             status, data, msg = self.request(
@@ -139,7 +139,7 @@ class HttpProvider(Provider):
                 out[t.node] = Result(ERROR, msg)
         return out
 
-    def lookup(self, action: str, target: Target, obs: Obs | None) -> bool:
+    def lookup(self, action: str, target: ActionTarget, obs: Obs | None) -> bool:
         status, data, _ = self.request("GET", self._url(target.node), target.node, "GET status")
         if status != 200:
             return False

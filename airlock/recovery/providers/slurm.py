@@ -6,7 +6,15 @@ from __future__ import annotations
 
 from airlock.errors import AirlockError
 from airlock.recovery.machine import REBOOT_FLAGS, Obs
-from airlock.recovery.providers.base import ERROR, ISSUED, REFUSED, Provider, Result, Target, mark
+from airlock.recovery.providers.base import (
+    ERROR,
+    ISSUED,
+    REFUSED,
+    ActionTarget,
+    Provider,
+    Result,
+    mark,
+)
 
 
 class SlurmReboot(Provider):
@@ -24,7 +32,7 @@ class SlurmReboot(Provider):
     def __init__(self, slurm):
         self.slurm = slurm
 
-    def submit(self, action: str, targets: list[Target]) -> dict[str, Result]:
+    def submit(self, action: str, targets: list[ActionTarget]) -> dict[str, Result]:
         out = {}
         for t in targets:
             if action != "reboot":
@@ -45,7 +53,7 @@ class SlurmReboot(Provider):
                 out[t.node] = Result(ERROR, str(exc))
         return out
 
-    def lookup(self, action: str, target: Target, obs: Obs | None) -> bool:
+    def lookup(self, action: str, target: ActionTarget, obs: Obs | None) -> bool:
         return obs is not None and bool(obs.flags & REBOOT_FLAGS)
 
 
@@ -63,7 +71,7 @@ class HyperpodSlurm(Provider):
     def argv(self, action: str, node: str) -> list[str]:
         return ["update", f"nodename={node}", "state=fail", f"reason={self.REASONS[action]}"]
 
-    def submit(self, action: str, targets: list[Target]) -> dict[str, Result]:
+    def submit(self, action: str, targets: list[ActionTarget]) -> dict[str, Result]:
         out = {}
         for t in targets:
             try:
@@ -77,7 +85,7 @@ class HyperpodSlurm(Provider):
                 out[t.node] = Result(ERROR, str(exc))
         return out
 
-    def lookup(self, action: str, target: Target, obs: Obs | None) -> bool:
+    def lookup(self, action: str, target: ActionTarget, obs: Obs | None) -> bool:
         return obs is not None and obs.reason == self.REASONS[action]
 
     def owns_reason(self, reason: str) -> bool:
@@ -102,7 +110,7 @@ class SlurmPower(Provider):
     def __init__(self, slurm):
         self.slurm = slurm
 
-    def submit(self, action: str, targets: list[Target]) -> dict[str, Result]:
+    def submit(self, action: str, targets: list[ActionTarget]) -> dict[str, Result]:
         out = {}
         for t in targets:
             try:
@@ -119,7 +127,7 @@ class SlurmPower(Provider):
                 out[t.node] = Result(ERROR, str(exc))
         return out
 
-    def lookup(self, action: str, target: Target, obs: Obs | None) -> bool:
+    def lookup(self, action: str, target: ActionTarget, obs: Obs | None) -> bool:
         return obs is not None and bool(obs.flags & (self.DOWN | self.UP))
 
     def progress(self, case, obs: Obs | None) -> str | None:
