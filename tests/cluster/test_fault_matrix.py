@@ -24,6 +24,8 @@ from airlock import config
 from airlock.nodestate import NodeState
 
 QUICK = {"registration": {"level": "quick"}}
+# A warning passes (a CPU "device" that straggled on these shared cores warns, never drains).
+PASSED = ("pass", "warn")
 
 
 # --- helpers -------------------------------------------------------------------------------------
@@ -36,7 +38,7 @@ def wait_proven(c, name, timeout=90):
     def done():
         rec = state_of(c, name).load()
         n = c.node(name)
-        return (rec is not None and rec["status"] == "done" and rec["verdict"] == "pass"
+        return (rec is not None and rec["status"] == "done" and rec["verdict"] in PASSED
                 and not n.drained and n.responding and rec)
     return c.wait(done, timeout, f"{name} proven and in service")
 
@@ -63,7 +65,7 @@ def wait_job(c, job, state="COMPLETED", timeout=120):
 def started_after_pass(c, name, job) -> None:
     """Slurm's own record: the job started after this boot's registration passed."""
     rec = state_of(c, name).load()
-    assert rec["verdict"] == "pass", rec
+    assert rec["verdict"] in PASSED, rec
     assert epoch(c.job(job)["StartTime"]) >= int(rec["finished_at"]) - 1, (c.job(job), rec)
 
 
@@ -264,7 +266,7 @@ def test_resume_that_fails_once_is_retried_by_the_next_hook(cluster_factory):
     c.stop_controller()
     rec = c.wait(lambda: (r := state.load()) and r["status"] == "done" and r, 240,
                  "node2's suite done while slurmctld is away")
-    assert rec["verdict"] == "pass" and rec["slurm_pending"] == "resume", rec
+    assert rec["verdict"] in PASSED and rec["slurm_pending"] == "resume", rec
     c.start_controller()
     wait_proven(c, "node2", timeout=90)
     assert "pending resume: resumed" in log(c, "node2")
