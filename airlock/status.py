@@ -13,12 +13,14 @@ import time
 from typing import Any
 
 from airlock import incidents, reasons
+from airlock.errors import ConfigError
+from airlock.recovery.machine import Obs, stuck_nodes
 from airlock.report import table
 from airlock.results import NodeResults, read_many
 from airlock.slurm import Node, Slurm
 
 SCHEMA = 1
-STUCK_GRACE_S = 300.0  # past [registration] suite_timeout before a held node counts as stuck
+STUCK_GRACE_S = 300.0  # [recovery] stuck_grace's default
 # Every value `airlock` (the node's Airlock state) can take; summary always carries all of them.
 STATES = ("healthy", "quarantined", "failed", "recovering", "drained-other", "down", "future",
           "unknown")
@@ -115,20 +117,17 @@ def _run_summary(run: dict[str, Any]) -> dict[str, Any]:
 
 
 def stuck(node: Node, limit_s: float, now: float | None = None) -> str:
-    """Why a node held for its registration looks stuck ("" when it does not): Airlock's pending
-    or checking claim has been in force longer than suite_timeout plus a grace, and no job is
-    left to wait for. The node's own hook fails or re-runs such a suite; this makes it visible
-    on the controller even when that hook cannot run."""
+    """Why a node held for its registration looks stuck ("" when it does not), by the recovery
+    service's rule (airlock.recovery.machine.stuck_nodes): Airlock's pending or checking claim in
+    force for longer than limit_s, on a node that is up and runs no job. The node's own hook
+    re-runs or fails such a suite; this shows it on the controller even when that hook cannot
+    run."""
+    at = now if now is not None else time.time()
+    found = stuck_nodes([Obs.from_node(node)], at, limit_s)
+    if node.name not in found:
+        return ""
     claim = node.claim
-    if claim is None or claim.state not in ("pending", "checking") or node.busy:
-        return ""
-    try:
-        since = time.mktime(time.strptime(node.reason_time, "%Y-%m-%dT%H:%M:%S"))
-    except ValueError:
-        return ""
-    age = (now if now is not None else time.time()) - since
-    if age <= limit_s:
-        return ""
+    age = at - found[node.name][1]
     return f"{claim.state} for {age / 60:.0f} min (limit {limit_s / 60:.0f} min)"
 
 
@@ -171,7 +170,7 @@ def collect(cfg, names: str | None = None, history: int = 0) -> dict[str, Any]:
     nodes = slurm.nodes(names) if names else slurm.nodes()
     results = read_many(cfg, [n.name for n in nodes], history)
     recovery = recovery_states(cfg)
-    limit = cfg.registration.suite_timeout + STUCK_GRACE_S
+    limit = cfg.registration.suite_timeout + _stuck_grace(cfg)
     rows = [node_status(n, results[n.name], recovery.get(n.name, ""), stuck(n, limit),
                         _errors(cfg, n.name)) for n in nodes]
     summary = dict.fromkeys(STATES, 0)
@@ -180,6 +179,13 @@ def collect(cfg, names: str | None = None, history: int = 0) -> dict[str, Any]:
     return {"schema": SCHEMA, "generated_at": time.time(), "nodes": rows, "summary": summary,
             "stuck": sum(bool(r["stuck"]) for r in rows),
             "errors": sum(bool(r["errors"]) for r in rows)}
+
+
+def _stuck_grace(cfg) -> float:
+    try:
+        return cfg.recovery.stuck_grace
+    except ConfigError:  # a broken [recovery] must not break status: its default
+        return STUCK_GRACE_S
 
 
 def _errors(cfg, node: str) -> dict[str, dict[str, Any]]:
