@@ -4,10 +4,11 @@ The path comes from $AIRLOCK_CONFIG, else /etc/airlock/airlock.toml. Every key h
 minimal (even empty) file works, and so does no file at the default path (`airlock doctor` says
 so); a file that $AIRLOCK_CONFIG names must exist. Errors name the file, the key and the problem.
 
-Sections are plain dataclasses, built and validated when first used: a mistake in a section a
-process does not use (a compute node's hook never reads [recovery]) never breaks that process.
-`Config.problems()` lists every mistake in the file for `airlock doctor`. SECTIONS names each
-section's class as "module:Class", imported lazily, so the quick path imports only what it uses.
+Sections are plain dataclasses (airlock.settings, airlock.recovery.settings), built and
+validated when first used: a mistake in a section a process does not use (a compute node's hook
+never reads [recovery]) never breaks that process. `Config.problems()` lists every mistake in
+the file for `airlock doctor`. SECTIONS names each section's class as "module:Class" in those
+leaf modules, imported on first use, so the quick path imports only what it uses.
 
 When the file cannot be loaded at all, `salvage()` still reads the few keys a hook needs to fail
 closed (state_dir, log_dir, [slurm] conf and bin_dir), line by line if the TOML is broken.
@@ -23,7 +24,6 @@ import re
 import tomllib
 import types
 import typing
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,154 +32,38 @@ from airlock.paths import atomic_write, read_json
 
 DEFAULT_PATH = "/etc/airlock/airlock.toml"
 ENV_VAR = "AIRLOCK_CONFIG"
-LEVELS = ("quick", "standard", "deep")
-ADOPT = ("when-idle", "next-reboot")
 # Keys that older versions accepted: ignored with a warning rather than breaking a node's hooks.
 RETIRED = {
     ("registration", "boot_tolerance"): "boot identity no longer uses the wall clock",
 }
 
 
-@dataclass
-class SlurmSection:
-    bin_dir: str = ""  # where scontrol/sinfo live; "" = $PATH then the usual places
-    conf: str = ""  # exported as SLURM_CONF to every Slurm command when set
-    timeout: float = 15.0  # seconds for one scontrol/sinfo call
-
-    def validate(self) -> None:
-        _positive(self.timeout, "timeout")
-
-
-@dataclass
-class RegistrationSection:
-    enabled: bool = True
-    level: str = "standard"
-    suite_timeout: float = 1800.0  # hard limit on the whole detached suite, seconds
-    # A node Airlock sees for the first time while it runs jobs (Airlock installed on a live
-    # cluster) is adopted, not drained: the quick level runs at once, and the registration
-    # level runs when it is next idle ("when-idle": new jobs are refused until it has passed)
-    # or at its next reboot ("next-reboot": the adopted boot counts as proven until then).
-    adopt: str = "when-idle"
-    # How long the suite keeps retrying its final Slurm update (resume or drain) before it
-    # leaves the update to the next hook run, seconds.
-    slurm_retry: float = 30.0
-    # Nodes whose local suites pass within this many seconds of each other run a multi-node
-    # all-reduce together (coordinated through shared_dir). 0 = off.
-    group_window: float = 0.0
-    group_timeout: float = 120.0  # one batch all-reduce round, seconds
-
-    def validate(self) -> None:
-        _choice(self.level, LEVELS, "level")
-        _choice(self.adopt, ADOPT, "adopt")
-        _positive(self.suite_timeout, "suite_timeout")
-        _positive(self.group_timeout, "group_timeout")
-        _range(self.slurm_retry, "slurm_retry", 0, 600)
-        if self.group_window < 0:
-            raise ValueError("group_window: must be >= 0 (0 = off)")
-
-
-@dataclass
-class HealthcheckSection:
-    level: str = "quick"
-    budget: float = 30.0  # whole hook budget; Slurm kills HealthCheckProgram at 60 s
-
-    def validate(self) -> None:
-        _choice(self.level, ("quick",), "level")
-        _positive(self.budget, "budget")
-        if self.budget >= 55:
-            raise ValueError("budget: must stay below Slurm's 60 s HealthCheckProgram kill")
-
-
-@dataclass
-class NvmlSection:
-    # A JSON file describing simulated GPUs per node (tests, demos). "" = real NVML.
-    simulate: str = ""
-    timeout: float = 5.0  # watchdog on the whole NVML gather
-
-    def validate(self) -> None:
-        _positive(self.timeout, "timeout")
-
-
-@dataclass
-class CheckDefaults:
-    timeout: float = 300.0  # per check, seconds
-    confirm_runs: int = 1  # re-runs of a failing check before it counts as a failure
-
-    def validate(self) -> None:
-        _positive(self.timeout, "timeout")
-        if self.confirm_runs < 0:
-            raise ValueError("confirm_runs: must be >= 0")
-
-
-@dataclass
-class BurninSection:
-    """[burnin]: verified GEMMs on every local device at once (see airlock/checks/burnin.py)."""
-
-    dtypes: list[str] = field(default_factory=lambda: ["bf16", "fp16", "tf32", "fp32"])
-    duration: float = 60.0  # GPU: seconds of GEMMs per dtype at level standard
-    deep_duration: float = 300.0  # GPU: the same at level deep
-    size: int = 0  # GPU matrix edge; 0 = 8192
-    cpu_devices: int = 2  # no GPU: this many "virtual devices" (threads) share the CPU
-    cpu_size: int = 128  # no GPU: a fixed small amount, so tests and CPU nodes stay quick
-    cpu_iterations: int = 16  # no GPU: GEMMs per dtype per device (doubled at level deep)
-    straggler_fraction: float = 0.85  # a device below this share of the others' median fails
-    # CPU "devices" share cores (and SMT siblings) with everything else: +-30 % is noise there.
-    cpu_straggler_fraction: float = 0.5
-    fleet_fraction: float = 0.85  # ... and below this share of the fleet median for the SKU
-    fleet_min_nodes: int = 3  # other nodes with history needed before the fleet is consulted
-    # CPU "devices" share cores with whatever else runs, so their speed says little about the
-    # node; compare them with the fleet only when asked.
-    fleet_cpu: bool = False
-    timeout: float = 0.0  # whole check, seconds; 0 = derived from the deep duration
-
-    def __post_init__(self) -> None:
-        if self.timeout == 0:
-            # Covers level deep too: the registry has one timeout per check, and a hung device
-            # is caught sooner by the burn-in's own per-device watchdog.
-            self.timeout = len(self.dtypes) * max(self.duration, self.deep_duration) * 1.25 + 300
-
-    def validate(self) -> None:
-        if not self.dtypes:
-            raise ValueError("dtypes: must name at least one of fp32, tf32, fp16, bf16")
-        for d in self.dtypes:
-            _choice(d, ("fp32", "tf32", "fp16", "bf16"), "dtypes")
-        _positive(self.timeout, "timeout")
-        _positive(self.duration, "duration")
-        _positive(self.deep_duration, "deep_duration")
-        if self.size < 0:
-            raise ValueError(f"size: must be >= 0 (0 = chosen by device), got {self.size}")
-        for key in ("cpu_devices", "cpu_size", "cpu_iterations", "fleet_min_nodes"):
-            if getattr(self, key) <= 0:
-                raise ValueError(f"{key}: must be > 0, got {getattr(self, key)}")
-        for key in ("straggler_fraction", "cpu_straggler_fraction", "fleet_fraction"):
-            if not 0 <= getattr(self, key) <= 1:
-                raise ValueError(f"{key}: must be between 0 and 1, got {getattr(self, key)}")
-
-
 SECTIONS: dict[str, str] = {
-    "slurm": "airlock.config:SlurmSection",
-    "registration": "airlock.config:RegistrationSection",
-    "healthcheck": "airlock.config:HealthcheckSection",
-    "nvml": "airlock.config:NvmlSection",
-    "profile": "airlock.sku:ProfileSection",
-    "system": "airlock.checks.system:SystemSection",
-    "xid": "airlock.checks.xid:XidSection",
-    "checks": "airlock.config:CheckDefaults",
-    "ondemand": "airlock.ondemand:OndemandSection",
-    "burnin": "airlock.config:BurninSection",
-    "memtest": "airlock.checks.memtest:MemtestSection",
-    "allreduce": "airlock.checks.allreduce:AllreduceSection",
+    "slurm": "airlock.settings.node:SlurmSection",
+    "registration": "airlock.settings.node:RegistrationSection",
+    "healthcheck": "airlock.settings.node:HealthcheckSection",
+    "nvml": "airlock.settings.node:NvmlSection",
+    "profile": "airlock.settings.checks:ProfileSection",
+    "system": "airlock.settings.checks:SystemSection",
+    "xid": "airlock.settings.checks:XidSection",
+    "checks": "airlock.settings.node:CheckDefaults",
+    "ondemand": "airlock.settings.ondemand:OndemandSection",
+    "burnin": "airlock.settings.checks:BurninSection",
+    "memtest": "airlock.settings.checks:MemtestSection",
+    "allreduce": "airlock.settings.checks:AllreduceSection",
     "recovery": "airlock.recovery.settings:RecoverySection",
-    "metrics": "airlock.metrics:MetricsSection",
-    "prolog": "airlock.hooks.prolog:PrologSection",
-    "epilog": "airlock.hooks.epilog:EpilogSection",
+    "metrics": "airlock.settings.node:MetricsSection",
+    "prolog": "airlock.settings.node:PrologSection",
+    "epilog": "airlock.settings.node:EpilogSection",
 }
 
 PATH_KEYS = ("state_dir", "log_dir", "shared_dir")
-TOP_LEVEL: dict[str, tuple[type, Any]] = {
-    "state_dir": (str, "/var/lib/airlock"),  # node-local results and hook state
-    "shared_dir": (str, ""),  # optional shared results directory the controller can read
-    "log_dir": (str, "/var/log/airlock"),
+# The top-level keys: (type, default, meaning).
+TOP_LEVEL: dict[str, tuple[type, Any, str]] = {
+    "state_dir": (str, "/var/lib/airlock", "node-local results and hook state"),
+    "shared_dir": (str, "", "optional shared results directory the controller can read"),
+    "log_dir": (str, "/var/log/airlock", "hook and suite logs (healthcheck.log, prolog.log, "
+                "epilog.log, registration-*.log); may hold {node}"),
 }
 
 
@@ -197,7 +81,7 @@ class Config:
             if isinstance(table, dict) and key in table:
                 self._raw[section] = {k: v for k, v in table.items() if k != key}
                 self.warnings.append(f"config {path}: [{section}] {key} is ignored ({why})")
-        for key, (typ, default) in TOP_LEVEL.items():
+        for key, (typ, default, _doc) in TOP_LEVEL.items():
             value = _coerce(raw.get(key, default), typ, key, path)
             if key in PATH_KEYS:
                 _check_path(value, key, path, required=key != "shared_dir")
@@ -471,16 +355,6 @@ def _check_path(value: str, key: str, path: str, required: bool) -> None:
         raise ConfigError(f"config {path}: {key}: must be an absolute path, got {value!r}")
 
 
-def _range(value: float, name: str, low: float, high: float) -> None:
-    if not low <= value <= high:
-        raise ValueError(f"{name}: must be between {low:g} and {high:g}, got {value}")
 
 
-def _positive(value: float, name: str) -> None:
-    if not value > 0:
-        raise ValueError(f"{name}: must be > 0, got {value}")
 
-
-def _choice(value: str, choices: tuple[str, ...], name: str) -> None:
-    if value not in choices:
-        raise ValueError(f"{name}: must be one of {', '.join(choices)}, got {value!r}")

@@ -19,7 +19,6 @@ prometheus_client is imported only when a file is written, never on the hook's p
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,13 +27,6 @@ from airlock import paths
 VERDICTS = ("pass", "warn", "fail", "skip")
 NODE_FILE = "airlock.prom"
 CONTROLLER_FILE = "airlock-controller.prom"
-
-
-@dataclass
-class MetricsSection:
-    # node_exporter's --collector.textfile.directory; "" = no textfile is written. May hold
-    # {node} (several nodes on one host, as in the dev cluster).
-    textfile_dir: str = ""
 
 
 def _textfile_dir(cfg, node: str = "") -> str:

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import getpass
-import math
 import os
 import random
 import subprocess
@@ -44,37 +43,6 @@ from airlock.slurm import Node, Slurm, collect
 
 EXIT_PASS, EXIT_FAIL, EXIT_PARTIAL = 0, 1, 3
 GROUP_CHECK = "group_allreduce"  # --only name of the multi-node test
-
-
-@dataclass
-class OndemandSection:
-    reservation: str = "airlock_ondemand"
-    python: str = ""  # interpreter on the nodes; "" = the one running this command
-    level_timeout: float = 1800.0  # the whole per-node level, seconds
-    group: bool = True  # run the multi-node all-reduce after the local checks
-    group_timeout: float = 300.0  # one group all-reduce, seconds
-    group_busbw_floor_gbps: float = 0.0  # 0 = the profile's group_busbw_floor_gbps, else none
-    group_sizes_mb: list[float] = field(default_factory=lambda: [1.0, 8.0])
-    port_range: list[int] = field(default_factory=lambda: [29500, 29999])
-    max_group_tests: int = 32
-    poll_interval: float = 2.0
-
-    def validate(self) -> None:
-        for name in ("level_timeout", "group_timeout", "poll_interval"):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value > 0):
-                raise ValueError(f"{name}: must be a finite number > 0")
-        if not (math.isfinite(self.group_busbw_floor_gbps) and self.group_busbw_floor_gbps >= 0):
-            raise ValueError("group_busbw_floor_gbps: must be a finite number >= 0")
-        if not self.group_sizes_mb:
-            raise ValueError("group_sizes_mb: needs at least one message size")
-        if not all(math.isfinite(mb) and mb > 0 for mb in self.group_sizes_mb):
-            raise ValueError("group_sizes_mb: every size must be a finite number of MB > 0")
-        if self.max_group_tests < 1:
-            raise ValueError("max_group_tests: must be >= 1")
-        if len(self.port_range) != 2 or not 1024 <= self.port_range[0] <= self.port_range[1] \
-                or self.port_range[1] > 65535:
-            raise ValueError("port_range: must be [low, high] with 1024 <= low <= high <= 65535")
 
 
 class Busy(AirlockError):

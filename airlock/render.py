@@ -119,50 +119,15 @@ def systemd_unit(airlock_bin: str = "", config: str = DEFAULT_PATH, **extra: Any
                            **extra)
 
 
-def field_comments(cls: type) -> dict[str, str]:
-    """Each dataclass field's comment in the source: the lines above it and its trailing one."""
-    import inspect
-    import io
-    import tokenize
-
-    try:
-        lines, _ = inspect.getsourcelines(cls)
-    except (OSError, TypeError):
-        return {}
-    trailing: dict[int, str] = {}
-    try:
-        for tok in tokenize.generate_tokens(io.StringIO("".join(lines)).readline):
-            if tok.type == tokenize.COMMENT:
-                trailing[tok.start[0] - 1] = tok.string.lstrip("#").strip()
-    except (tokenize.TokenError, IndentationError):
-        return {}
-    import dataclasses
-    import re
-
-    names = {f.name for f in dataclasses.fields(cls)}
-    out: dict[str, str] = {}
-    above: list[str] = []
-    for i, line in enumerate(lines):
-        stripped = line.strip()
-        if stripped.startswith("#"):
-            above.append(stripped.lstrip("#").strip())
-            continue
-        m = re.match(r"^\s+(\w+)\s*:", line)
-        if m and m.group(1) in names:
-            parts = above + ([trailing[i]] if i in trailing else [])
-            out[m.group(1)] = " ".join(p for p in parts if p)
-        above = []
-    return out
-
-
 def config_model() -> list[dict[str, Any]]:
-    """Every config table with its keys, defaults and comments, from the code itself."""
+    """Every config table with its keys, defaults and meanings (the fields' `doc` metadata),
+    from the code itself."""
     import dataclasses
 
     from airlock import config as config_mod
+    from airlock.settings import doc
 
     def table(name: str, cls: type) -> list[dict[str, Any]]:
-        comments = field_comments(cls)
         keys, subtables = [], []
         for f in dataclasses.fields(cls):
             if f.default is not dataclasses.MISSING:
@@ -172,34 +137,17 @@ def config_model() -> list[dict[str, Any]]:
             if dataclasses.is_dataclass(default):
                 subtables += table(f"{name}.{f.name}", type(default))
                 continue
-            keys.append({"key": f.name, "value": toml_value(default),
-                         "comment": comments.get(f.name, "")})
+            keys.append({"key": f.name, "value": toml_value(default), "comment": doc(f)})
         return [{"name": name, "keys": keys, "doc": (cls.__doc__ or "").strip()
                  if not (cls.__doc__ or "").startswith(cls.__name__ + "(") else ""},
                 *subtables]
 
-    top = config_mod.TOP_LEVEL
-    top_comments = _top_level_comments()
     model = [{"name": "", "doc": "", "keys": [
-        {"key": k, "value": toml_value(d), "comment": top_comments.get(k, "")}
-        for k, (_t, d) in top.items()]}]
+        {"key": k, "value": toml_value(default), "comment": meaning}
+        for k, (_t, default, meaning) in config_mod.TOP_LEVEL.items()]}]
     for name, spec in config_mod.SECTIONS.items():
         model += table(name, config_mod._resolve(spec))
     return model
-
-
-def _top_level_comments() -> dict[str, str]:
-    import inspect
-    import re
-
-    from airlock import config as config_mod
-
-    out = {}
-    for line in inspect.getsource(config_mod).splitlines():
-        m = re.match(r'^\s+"(\w+)": \(.*\),\s*#\s*(.*)$', line)
-        if m:
-            out[m.group(1)] = m.group(2)
-    return out
 
 
 def example_config() -> str:

@@ -265,41 +265,15 @@ def select(models: list[str], count: int, name: str = "") -> Profile:
     return named(name) if name else detect(models, count)
 
 
-# --- the [profile] config section and per-node selection --------------------------------------
-@dataclass
-class ProfileSection:
-    name: str = ""  # "" = by_* tables, else detected GPU model and count
-    expected_gpus: int = -1  # -1 = from the profile
-    dirs: list[str] = field(default_factory=list)  # site profile directories
-    by_node: dict[str, str] = field(default_factory=dict)  # node or hostlist -> profile
-    by_partition: dict[str, str] = field(default_factory=dict)
-    by_feature: dict[str, str] = field(default_factory=dict)
-    # At registration (standard, deep), compare the GPU count with the node's Slurm GRES (one
-    # scontrol call); a GRES that cannot be read then fails the check. The quick level (periodic
-    # hook, prolog) does not ask Slurm: the GRES does not change within a boot.
-    gres: bool = True
-    # seconds for that call at the quick level (choosing the profile by partition or feature);
-    # registration waits the [slurm] timeout
-    slurm_timeout: float = 3.0
-
-    def validate(self) -> None:
-        if self.expected_gpus < -1:
-            raise ValueError("expected_gpus: must be -1 (from profile) or a count >= 0")
-        if not self.slurm_timeout > 0:
-            raise ValueError("slurm_timeout: must be > 0")
-        try:
-            _site(self.dirs)  # every site file, so a typo in one is found at load
-            for table in ("by_node", "by_partition", "by_feature"):
-                for key, pname in getattr(self, table).items():
-                    _named_or(pname, self.dirs, f"{table}.{key}: ")
-            if self.name:
-                _named_or(self.name, self.dirs, "name: ")
-        except ConfigError as exc:
-            raise ValueError(str(exc)) from None
-
-    @property
-    def needs_slurm(self) -> bool:  # for choosing the profile (not for the GRES)
-        return bool(self.by_partition or self.by_feature)
+def check_names(section) -> None:
+    """Every profile a [profile] section names exists, and every site file parses (ConfigError
+    otherwise): [profile] validate() calls it, so a typo is found when the config loads."""
+    _site(section.dirs)
+    for table in ("by_node", "by_partition", "by_feature"):
+        for key, name in getattr(section, table).items():
+            _named_or(name, section.dirs, f"{table}.{key}: ")
+    if section.name:
+        _named_or(section.name, section.dirs, "name: ")
 
 
 def _named_or(name: str, dirs: list[str], where: str) -> Profile:
@@ -323,7 +297,7 @@ def match_node(node: str, table: dict[str, str]) -> str:
     return ""
 
 
-def choose_name(section: ProfileSection, node: str, facts: Any) -> tuple[str, str]:
+def choose_name(section, node: str, facts: Any) -> tuple[str, str]:
     """(profile name, why) from config alone; ("", "") means detect from the GPUs.
 
     `facts` is the node's Slurm record (partitions, features) or None when unknown."""
@@ -374,7 +348,7 @@ def node_pci_gpus(ctx) -> list[str]:
 
 
 def for_context(ctx) -> Profile:
-    section: ProfileSection = ctx.cfg.profile
+    section = ctx.cfg.profile
     facts = node_facts(ctx) if section.needs_slurm else None
     pname, _why = choose_name(section, ctx.node, facts)
     if pname:

@@ -10,60 +10,13 @@ busbw at the largest message size below the profile's busbw_floor_gbps.
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, field
 from typing import Any
 
 from airlock import dist, sku
 from airlock.checks.base import Outcome, failed, passed, skipped
+from airlock.settings.checks import AllreduceSection
 
 CHECK = "allreduce"
-
-
-@dataclass
-class AllreduceSection:
-    """[allreduce]: see airlock/checks/allreduce.py and airlock/dist.py."""
-
-    # GPU message sizes, KiB: 1 MiB to 1 GiB (busbw is judged at the largest).
-    sizes_kib: list[int] = field(default_factory=lambda: [1024, 16384, 262144, 1048576])
-    iters: int = 20
-    warmup: int = 5
-    deep_iters: int = 100  # level deep: more iterations per size
-    dtype: str = "fp32"  # sums stay exact in fp32 up to 2^24 / 7 ranks
-    backend: str = "auto"  # nccl when every local rank has a GPU, else gloo
-    cpu_ranks: int = 2  # no GPU: this many gloo processes share the CPU
-    cpu_sizes_kib: list[int] = field(default_factory=lambda: [64, 1024, 4096])
-    cpu_iters: int = 10
-    cpu_warmup: int = 2
-    # A rank whose median time outside each all-reduce exceeds this share of the collective's
-    # time straggles (a healthy rank spends microseconds there).
-    straggler_fraction: float = 0.5
-    timeout: float = 120.0  # hard limit on the collectives; past it: FAIL allreduce timeout
-
-    @property
-    def check_timeout(self) -> float:
-        # The process start and torch import come on top of the collectives' own limit, so the
-        # sweep's timeout (which names the stuck ranks) fires before the runner's.
-        return self.timeout + 30.0
-
-    def validate(self) -> None:
-        for key in ("sizes_kib", "cpu_sizes_kib"):
-            sizes = getattr(self, key)
-            if not sizes or any(s <= 0 for s in sizes):
-                raise ValueError(f"{key}: need at least one positive size")
-        for key in ("iters", "deep_iters", "cpu_iters", "cpu_ranks"):
-            if getattr(self, key) <= 0:
-                raise ValueError(f"{key}: must be > 0, got {getattr(self, key)}")
-        if self.warmup < 0 or self.cpu_warmup < 0:
-            raise ValueError("warmup/cpu_warmup: must be >= 0")
-        if self.dtype not in ("fp32", "fp16", "bf16"):
-            raise ValueError(f"dtype: must be one of fp32, fp16, bf16, got {self.dtype!r}")
-        if self.backend not in ("auto", "nccl", "gloo"):
-            raise ValueError(f"backend: must be one of auto, nccl, gloo, got {self.backend!r}")
-        if not 0 < self.straggler_fraction <= 1:
-            raise ValueError(f"straggler_fraction: must be in (0, 1], got "
-                             f"{self.straggler_fraction}")
-        if not self.timeout > 0:
-            raise ValueError(f"timeout: must be > 0, got {self.timeout}")
 
 
 def _size(nbytes: int) -> str:

@@ -18,51 +18,17 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from airlock.checks.base import Outcome, failed, passed
 from airlock.faults import device_arg
+from airlock.settings.checks import MemtestSection
 
 CHECK = "memtest"
-PATTERNS = ("walking_ones", "random", "address")
 SEED = 4321
 MIB = 1 << 20
 CORRUPT_WORD = 1000  # memtest_corrupt flips bit 5 of this word (or the last one, if fewer)
-
-
-@dataclass
-class MemtestSection:
-    """[memtest]: see airlock/checks/memtest.py."""
-
-    share: float = 0.5  # GPU: share of each device's free memory tested at level standard
-    deep_share: float = 0.9  # ... at level deep
-    rounds: int = 1  # times the whole pattern list runs at level standard
-    deep_rounds: int = 3  # ... at level deep
-    chunk_mib: int = 256  # GPU allocation unit (also the temporary space one compare needs)
-    patterns: list[str] = field(default_factory=lambda: list(PATTERNS))
-    cpu_devices: int = 2  # no GPU: this many small CPU buffers, tested at once
-    cpu_mib: int = 4  # no GPU: size of each (doubled at level deep)
-    max_report: int = 8  # bad locations reported per device
-    timeout: float = 900.0  # whole check, seconds (covers level deep)
-
-    def validate(self) -> None:
-        for key in ("share", "deep_share"):
-            v = getattr(self, key)
-            if not 0 < v <= 0.95:
-                raise ValueError(f"{key}: must be > 0 and <= 0.95 (the compare needs room), "
-                                 f"got {v}")
-        for key in ("rounds", "deep_rounds", "chunk_mib", "cpu_devices", "cpu_mib",
-                    "max_report"):
-            if getattr(self, key) <= 0:
-                raise ValueError(f"{key}: must be > 0, got {getattr(self, key)}")
-        if not self.patterns:
-            raise ValueError(f"patterns: name at least one of {', '.join(PATTERNS)}")
-        for p in self.patterns:
-            if p not in PATTERNS:
-                raise ValueError(f"patterns: must be one of {', '.join(PATTERNS)}, got {p!r}")
-        if not self.timeout > 0:
-            raise ValueError(f"timeout: must be > 0, got {self.timeout}")
 
 
 @dataclass(frozen=True)

@@ -9,37 +9,11 @@ from __future__ import annotations
 
 import os
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from airlock.checks.base import Outcome, failed, passed, skipped
-
-
-@dataclass
-class SystemSection:
-    sys_root: str = "/sys"
-    proc_root: str = "/proc"
-    rdma_ports: int = 0  # ACTIVE RDMA (InfiniBand, RoCE or EFA) ports expected; 0 = not checked
-    rdma_devices: list[str] = field(default_factory=list)  # only these devices; [] = all
-    rdma_rate_gbps: float = 0.0  # minimum rate of each active port; 0 = not checked
-    disk_paths: list[str] = field(default_factory=list)
-    disk_min_free_gib: float = 1.0
-    disk_min_free_inodes_pct: float = 1.0
-    mounts: list[str] = field(default_factory=list)  # must be mount points, and writable
-    mounts_writable: bool = True
-    min_memory_gib: float = 0.0  # MemTotal floor; 0 = not checked
-
-    def validate(self) -> None:
-        for key in ("rdma_ports", "rdma_rate_gbps", "disk_min_free_gib",
-                    "disk_min_free_inodes_pct", "min_memory_gib"):
-            if getattr(self, key) < 0:
-                raise ValueError(f"{key}: must be >= 0")
-        if self.disk_min_free_inodes_pct > 100:
-            raise ValueError("disk_min_free_inodes_pct: must be <= 100")
-        for key in ("disk_paths", "mounts"):
-            for p in getattr(self, key):
-                if not os.path.isabs(p):
-                    raise ValueError(f"{key}: {p!r} is not an absolute path")
+from airlock.settings.checks import SystemSection
 
 
 # --- RDMA ---------------------------------------------------------------------------------------

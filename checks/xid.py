@@ -30,7 +30,6 @@ import os
 import re
 import time
 import tomllib
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -40,28 +39,6 @@ from airlock.nvml import NvmlError, XidEvent, pci_key
 from airlock.profiles import PROFILE_DIR
 
 ACTIONS = ("fail", "warn", "ignore")
-
-
-@dataclass
-class XidSection:
-    # "dmesg" (the kernel ring buffer: /dev/kmsg, else dmesg --kernel), "journal" (journalctl
-    # -k), a syslog file path (e.g. /var/log/kern.log: only `kernel:` lines count), or "" for none
-    kernel_log: str = "dmesg"
-    kernel_log_max_bytes: int = 4 << 20  # only the tail of a file is read
-    policy_file: str = ""  # "" = the built-in xid_policy.toml
-    dmesg_timeout: float = 3.0  # seconds for one dmesg or journalctl call
-
-    def validate(self) -> None:
-        if self.kernel_log not in ("", "dmesg", "journal") and \
-                not os.path.isabs(self.kernel_log):
-            raise ValueError(f"kernel_log: must be \"dmesg\", \"journal\", \"\" or an absolute "
-                             f"path, got {self.kernel_log!r}")
-        if self.kernel_log_max_bytes <= 0:
-            raise ValueError("kernel_log_max_bytes: must be > 0")
-        if not self.dmesg_timeout > 0:
-            raise ValueError("dmesg_timeout: must be > 0")
-        if self.policy_file:
-            load_policies(self.policy_file)
 
 
 class XidPolicy(NamedTuple):
@@ -449,7 +426,7 @@ def verdict_xid(events: list[XidEvent], pol: XidPolicy, now: float, boot: float,
 def check_xid(ctx) -> Outcome:
     from airlock.boot import wall_start as boot_time
 
-    section: XidSection = ctx.cfg.xid
+    section = ctx.cfg.xid
     events: list[XidEvent] = []
     gpu_by_pci: dict[str, int] = {}
     pname = "default"

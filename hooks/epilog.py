@@ -24,7 +24,6 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 from airlock import boot as boot_mod
@@ -33,26 +32,6 @@ from airlock.checks.base import Outcome, failed, passed, skipped, warned
 from airlock.errors import AirlockError
 from airlock.hooks.common import Hook, guard
 from airlock.hooks.prolog import gpu_snapshot, jobs_dir
-
-
-@dataclass
-class EpilogSection:
-    enabled: bool = True
-    # Seconds to wait for a job's processes to release the GPUs before calling them leftovers.
-    process_grace: float = 5.0
-    # MiB of device memory a job's GPU may still show in use after process_grace. An idle GPU
-    # already reports a few hundred MiB (driver and context reservations, counted in NVML's
-    # "used"); a leaked allocation or an orphaned context is usually far above 1024.
-    memory_used_max_mib: int = 1024
-    # XIDs during a job that drain the node; [] = the fatal set of the XID policy ([xid]
-    # policy_file, policy "default"), so the epilog and the periodic check agree.
-    fatal_xids: list[int] = field(default_factory=list)
-
-    def validate(self) -> None:
-        if self.process_grace < 0:
-            raise ValueError(f"process_grace: must be >= 0, got {self.process_grace}")
-        if self.memory_used_max_mib < 0:
-            raise ValueError(f"memory_used_max_mib: must be >= 0, got {self.memory_used_max_mib}")
 
 
 # --- pure verdicts -------------------------------------------------------------------------------

@@ -21,26 +21,13 @@ from __future__ import annotations
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from airlock import finish
 from airlock.hooks import gate
 from airlock.hooks.common import Hook, guard
-
-
-@dataclass
-class PrologSection:
-    # The quick level before every job. Off, the prolog still refuses jobs on an unproven boot.
-    enabled: bool = True
-    # The whole quick level's time budget before the job starts; keep it well below slurm.conf's
-    # PrologEpilogTimeout, or Slurm kills the prolog and drains with its own "Prolog error".
-    budget: float = 10.0
-
-    def validate(self) -> None:
-        if not self.budget > 0:
-            raise ValueError(f"budget: must be > 0, got {self.budget}")
 
 
 def jobs_dir(cfg, node: str) -> Path:

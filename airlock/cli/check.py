@@ -9,14 +9,14 @@ import time
 
 import click
 
-from airlock import config as config_mod
 from airlock import finish, ondemand, paths, report
 from airlock.cli.common import load_config
 from airlock.runner import run_level
+from airlock.settings import LEVELS
 
 
 @click.command("check")
-@click.option("--level", type=click.Choice(config_mod.LEVELS), default="quick", show_default=True)
+@click.option("--level", type=click.Choice(LEVELS), default="quick", show_default=True)
 @click.option("--only", multiple=True, help="Run only this check (repeatable).")
 @click.option("--profile", default=None, help="SKU profile name (default: detected).")
 @click.option("--node", default=None, help="Node name for records and simulation (default: host).")

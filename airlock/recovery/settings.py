@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import ipaddress
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from urllib.parse import urlparse
+
+from airlock.settings import setting
 
 PROVIDERS = ("http", "command", "aws-hyperpod", "hyperpod-slurm", "slurm-power", "none")
 REBOOT_VIA = ("slurm", "provider")
@@ -17,18 +19,21 @@ REBOOT_VIA = ("slurm", "provider")
 
 @dataclass
 class HttpSettings:
-    url: str = ""  # base URL of the REST service, see docs/recovery-http.md
-    token_file: str = ""  # bearer token read from this file (first line; root-owned, 0600) ...
-    token_env: str = ""  # ... or from this environment variable; never logged
-    verify: bool = True  # TLS certificate verification
-    ca_bundle: str = ""  # a CA file for a private PKI ("" = the system's)
-    timeout: float = 10.0  # seconds per request (connect and read)
-    retries: int = 4  # extra attempts after a 429, 5xx, timeout or connection error
-    backoff: float = 1.0  # first wait, doubled per retry
-    backoff_max: float = 30.0  # cap on one wait (Retry-After included)
-    # Accept http:// to another host, verify = false and a token file others may read (each
-    # one is a WARN in `airlock doctor`); for a lab, never for production.
-    allow_insecure: bool = False
+    url: str = setting("", 'base URL of the REST service, see docs/recovery-http.md')
+    token_file: str = setting(
+        "",
+        'bearer token read from this file (first line; root-owned, 0600) ...')
+    token_env: str = setting("", '... or from this environment variable; never logged')
+    verify: bool = setting(True, 'TLS certificate verification')
+    ca_bundle: str = setting("", 'a CA file for a private PKI ("" = the system\'s)')
+    timeout: float = setting(10.0, 'seconds per request (connect and read)')
+    retries: int = setting(4, 'extra attempts after a 429, 5xx, timeout or connection error')
+    backoff: float = setting(1.0, 'first wait, doubled per retry')
+    backoff_max: float = setting(30.0, 'cap on one wait (Retry-After included)')
+    allow_insecure: bool = setting(
+        False,
+        'accept http:// to another host, verify = false and a token file others may read (each one'
+        ' is a WARN in `airlock doctor`); for a lab, never for production')
 
     def validate(self) -> None:
         if self.url:
@@ -68,8 +73,8 @@ def _loopback(host: str) -> bool:
 
 @dataclass
 class CommandSettings:
-    path: str = ""  # an executable: `path reboot|replace|status NODE --request-id ID`
-    timeout: float = 120.0
+    path: str = setting("", 'an executable: `path reboot|replace|status NODE --request-id ID`')
+    timeout: float = setting(120.0, 'seconds for one call of the command')
 
     def validate(self) -> None:
         if self.timeout <= 0:
@@ -78,47 +83,66 @@ class CommandSettings:
 
 @dataclass
 class HyperpodSettings:
-    cluster: str = ""  # HyperPod cluster name or ARN
-    region: str = ""  # "" = boto3's default chain
-    # Slurm node name -> HyperPod instance id, for names the cluster API cannot map itself.
-    node_ids: dict[str, str] = field(default_factory=dict)
+    cluster: str = setting("", 'HyperPod cluster name or ARN')
+    region: str = setting("", '"" = boto3\'s default chain')
+    node_ids: dict[str, str] = setting(
+        factory=dict,
+        doc='Slurm node name -> HyperPod instance id, for names the cluster API cannot map itself.')
 
 
 @dataclass
 class RecoverySection:
-    enabled: bool = True
-    provider: str = "none"  # who replaces nodes (and reboots them when reboot_via = "provider")
-    reboot_via: str = "slurm"  # "slurm": scontrol reboot + RebootProgram; "provider"
-    db: str = "/var/lib/airlock/recovery.db"
-    policy: str = ""  # escalation policy TOML; "" = the shipped airlock/recovery/policy.toml
-    poll_interval: float = 30.0
-    dry_run: bool = False
-    # A new failure waits this long before its first action, so that a mass failure shows up
-    # whole (and trips the breaker) before anything is rebooted.
-    detect_grace: float = 60.0
-    max_actions_per_hour: int = 10
-    rate_window: float = 3600.0  # the "hour" of max_actions_per_hour, seconds
-    max_in_flight: int = 4  # nodes between an action and its verdict
-    cooldown: float = 900.0  # minimum seconds between two actions on one node
-    breaker_window: float = 600.0
-    breaker_share: float = 0.2  # trip when this share of the fleet fails within the window ...
-    breaker_min_nodes: int = 3  # ... counting at least this many nodes ...
-    breaker_same_check: int = 5  # ... or when this many nodes fail the same check
-    reboot_timeout: float = 1200.0  # from the reboot request to the node's new boot
-    replace_timeout: float = 3600.0  # from the replace request to the new instance's boot
-    verdict_timeout: float = 7200.0  # from a new boot to the registration suite's verdict
-    refail_window: float = 86400.0  # a failure within this long after recovery escalates
-    # A new BootTime proves a reboot only when it moved by more than this many seconds (a slurmd
-    # restart or `scontrol reconfigure` recomputes it and moves it by a second or so) ...
-    boot_shift_min: float = 5.0
-    # ... and is no older than the request minus this (clock skew between here and the node).
-    boot_skew: float = 10.0
-    # A node pending/checking longer than [registration] suite_timeout plus this is reported
-    # as stuck (an event and `airlock recover --show`); the service does not act on it.
-    stuck_grace: float = 300.0
-    http: HttpSettings = field(default_factory=HttpSettings)
-    command: CommandSettings = field(default_factory=CommandSettings)
-    aws_hyperpod: HyperpodSettings = field(default_factory=HyperpodSettings)
+    enabled: bool = setting(True, '`airlock recover` acts at all (false: it only watches)')
+    provider: str = setting(
+        "none",
+        'who replaces nodes (and reboots them when reboot_via = "provider")')
+    reboot_via: str = setting("slurm", '"slurm": scontrol reboot + RebootProgram; "provider"')
+    db: str = setting(
+        "/var/lib/airlock/recovery.db",
+        "the recovery service's SQLite database (cases, actions, history, breaker); status and "
+        'metrics read it')
+    policy: str = setting(
+        "",
+        'escalation policy TOML; "" = the shipped airlock/recovery/policy.toml')
+    poll_interval: float = setting(30.0, 'seconds between polls (one Slurm call each)')
+    dry_run: bool = setting(False, 'record what would be done, do nothing')
+    detect_grace: float = setting(
+        60.0,
+        'A new failure waits this long before its first action, so that a mass failure shows up '
+        'whole (and trips the breaker) before anything is rebooted.')
+    max_actions_per_hour: int = setting(10, 'rate limit on reboot/replace actions per rate_window')
+    rate_window: float = setting(3600.0, 'the "hour" of max_actions_per_hour, seconds')
+    max_in_flight: int = setting(4, 'nodes between an action and its verdict')
+    cooldown: float = setting(900.0, 'minimum seconds between two actions on one node')
+    breaker_window: float = setting(
+        600.0,
+        'seconds over which failures count toward the circuit breaker')
+    breaker_share: float = setting(
+        0.2,
+        'trip when this share of the fleet fails within the window ...')
+    breaker_min_nodes: int = setting(3, '... counting at least this many nodes ...')
+    breaker_same_check: int = setting(5, '... or when this many nodes fail the same check')
+    reboot_timeout: float = setting(1200.0, "from the reboot request to the node's new boot")
+    replace_timeout: float = setting(3600.0, "from the replace request to the new instance's boot")
+    verdict_timeout: float = setting(7200.0, "from a new boot to the registration suite's verdict")
+    refail_window: float = setting(86400.0, 'a failure within this long after recovery escalates')
+    boot_shift_min: float = setting(
+        5.0,
+        'A new BootTime proves a reboot only when it moved by more than this many seconds (a '
+        'slurmd restart or `scontrol reconfigure` recomputes it and moves it by a second or so) '
+        '...')
+    boot_skew: float = setting(
+        10.0,
+        '... and is no older than the request minus this (clock skew between here and the node).')
+    stuck_grace: float = setting(
+        300.0,
+        'A node pending/checking longer than [registration] suite_timeout plus this is reported as'
+        ' stuck (an event and `airlock recover --show`); the service does not act on it.')
+    http: HttpSettings = setting(factory=HttpSettings, doc='the [recovery.http] table')
+    command: CommandSettings = setting(factory=CommandSettings,
+                                       doc='the [recovery.command] table')
+    aws_hyperpod: HyperpodSettings = setting(factory=HyperpodSettings,
+                                            doc='the [recovery.aws_hyperpod] table')
 
     def validate(self) -> None:
         if self.provider not in PROVIDERS:
@@ -157,3 +181,4 @@ class RecoverySection:
             raise ValueError("provider = \"aws-hyperpod\" needs [recovery.aws_hyperpod] cluster")
         self.http.validate()
         self.command.validate()
+

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from airlock import config
-from airlock.checks.allreduce import AllreduceSection
+from airlock.settings.checks import AllreduceSection
 
 CPU = AllreduceSection(cpu_sizes_kib=[64, 1024], cpu_iters=5, cpu_warmup=1, timeout=30)
 

@@ -15,10 +15,11 @@ import pytest
 
 from airlock import config, dist, faults
 from airlock.checks import allreduce, registry
-from airlock.checks.allreduce import AllreduceSection, verdict_allreduce
+from airlock.checks.allreduce import verdict_allreduce
 from airlock.checks.context import Context
 from airlock.dist import params_for
 from airlock.errors import ConfigError
+from airlock.settings.checks import AllreduceSection
 
 CPU = AllreduceSection(cpu_sizes_kib=[64, 1024], cpu_iters=5, cpu_warmup=1, timeout=30)
 

@@ -127,3 +127,22 @@ def test_rendered_fragment_lines_are_explained_in_the_guide():
     for line in render.slurm_conf().splitlines():
         if line and not line.startswith("#"):
             assert f"`{line.split('=')[0]}" in guide, line
+
+
+def test_config_reference_meanings_are_the_code_s_own():
+    """docs/config.md, `airlock render config` and the code say the same: each key's meaning on
+    the page is its field's `doc` metadata, word for word."""
+    page: dict[tuple[str, str], str] = {}
+    table = None
+    for line in (DOCS / "config.md").read_text().splitlines():
+        m = re.match(r"^## (?:\[(?P<name>[\w.]+)\]|Top level)\s*$", line)
+        if m:
+            table = m.group("name") or ""
+            continue
+        m = re.match(r"^\| `(\w+)` \| `.*` \| (.*) \|$", line)
+        if m and table is not None:
+            page[(table, m.group(1))] = m.group(2).replace("\\|", "|")
+    code = {(t["name"], k["key"]): k["comment"] for t in render.config_model() for k in t["keys"]}
+    differ = sorted(f"[{t}] {k}" for (t, k), text in code.items() if page.get((t, k)) != text)
+    assert not differ, f"meaning in docs/config.md differs from the code's doc: {differ}"
+    assert all(code.values()), [k for k, v in code.items() if not v]

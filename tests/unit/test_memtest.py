@@ -10,6 +10,7 @@ from airlock.checks import memtest
 from airlock.checks.context import Context
 from airlock.checks.memtest import MIB, BadWord, DeviceMem, verdict_memtest
 from airlock.errors import ConfigError
+from airlock.settings.checks import MemtestSection
 
 
 def test_verdict_pass_sums_tested_memory():
@@ -36,7 +37,7 @@ def test_verdict_error_before_bad_words():
 
 
 def test_plan_bytes_gpu_share_and_cpu():
-    cfg = memtest.MemtestSection()
+    cfg = MemtestSection()
     total, chunk = memtest.plan_bytes(cfg, True, "standard", 80 * 1024 * MIB)
     assert chunk == 256 * MIB and total % chunk == 0
     assert 0.49 * 80 * 1024 * MIB < total <= 0.5 * 80 * 1024 * MIB
@@ -81,7 +82,7 @@ def test_alloc_fail_is_named():
 
 
 def test_every_pattern_runs_deep_rounds():
-    cfg = memtest.MemtestSection(cpu_mib=1, deep_rounds=2)
+    cfg = MemtestSection(cpu_mib=1, deep_rounds=2)
     import torch
 
     res = memtest.run_memtest(torch, ["cpu0"], cfg, "deep", {})

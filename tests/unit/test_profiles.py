@@ -7,6 +7,7 @@ import pytest
 
 from airlock import config, sku
 from airlock.errors import ConfigError
+from airlock.settings.checks import ProfileSection
 from airlock.slurm import Node
 
 SHIPPED = {"h100-sxm-8x", "h200-8x", "a100-80gb-8x", "b200-8x", "l40s", "cpu"}
@@ -97,7 +98,7 @@ def node(partitions=(), features=()) -> Node:
 
 
 def test_choose_name_precedence():
-    sec = sku.ProfileSection(name="h100-sxm-8x", by_node={"gpu[1-8]": "a100-80gb-8x"},
+    sec = ProfileSection(name="h100-sxm-8x", by_node={"gpu[1-8]": "a100-80gb-8x"},
                              by_partition={"big": "h200-8x"}, by_feature={"l40s": "l40s"})
     assert sku.choose_name(sec, "gpu7", node(["big"], ["l40s"]))[0] == "a100-80gb-8x"
     assert sku.choose_name(sec, "gpu9", node(["big"], ["l40s"])) == ("h200-8x",
@@ -106,7 +107,7 @@ def test_choose_name_precedence():
     assert sku.choose_name(sec, "gpu9", node(["main"], []))[0] == "h100-sxm-8x"
     # Slurm unreachable: the tables that need it are passed over, the rest still apply
     assert sku.choose_name(sec, "gpu9", None)[0] == "h100-sxm-8x"
-    assert sku.choose_name(sku.ProfileSection(), "gpu9", None) == ("", "")
+    assert sku.choose_name(ProfileSection(), "gpu9", None) == ("", "")
 
 
 def test_profile_section_validation():
