@@ -56,11 +56,11 @@ KIB = 1024
 def step_snapshot(cfg_path: str) -> dict[str, Any]:
     import dataclasses
 
-    from airlock import config, nvml, sku
+    from airlock import config, nvml, profiles
 
     cfg = config.load(cfg_path)
     snap = nvml.gather(nvml.backend_for(cfg, NODE), cfg.nvml.timeout)
-    detected = sku.detect(snap.models, snap.count, cfg.profile.dirs)
+    detected = profiles.detect(snap.models, snap.count, cfg.profile.dirs)
     return {"source": snap.source, "driver_version": snap.driver_version, "note": snap.note,
             "gather_ms": round(snap.duration_s * 1000, 1),
             "gpus": [dataclasses.asdict(g) for g in snap.gpus],
@@ -174,12 +174,12 @@ class Proof:
     def derived_profile(self) -> None:
         """The shipped H200 profile for a one-GPU machine, in the proof's own site profile
         directory: only the count and the NVLink expectation change."""
-        from airlock import sku
+        from airlock import profiles
 
-        shipped = sku.named(SHIPPED)
+        shipped = profiles.named(SHIPPED)
         data = {"name": DERIVED, "models": list(shipped.models), "gpus": 1,
                 "memory_mib": shipped.memory_mib}
-        data.update({k: v for k, v in shipped.extra.items() if k in sku.SCHEMA})
+        data.update({k: v for k, v in shipped.extra.items() if k in profiles.SCHEMA})
         data["nvlink_links"] = 0
         data["description"] = (f"{SHIPPED} for a one-GPU proof machine (derived by "
                                "scripts/gpu-proof.sh): gpus = 1, nvlink_links = 0, floors as "
@@ -187,8 +187,8 @@ class Proof:
         path = os.path.join(self.work, "profiles", f"{DERIVED}.toml")
         with open(path, "w") as fh:
             fh.write(toml_table(data))
-        derived = sku.load_file(path)
-        changed = sorted(k for k in sku.SCHEMA if k not in ("name", "description")
+        derived = profiles.load_file(path)
+        changed = sorted(k for k in profiles.SCHEMA if k not in ("name", "description")
                          and _get(derived, k) != _get(shipped, k))
         self.result["profile"] = {"name": DERIVED, "derived_from": SHIPPED, "changed": changed,
                                   "tflops_floor": shipped.get("tflops_floor"),
@@ -365,12 +365,12 @@ class Proof:
     def floor_margins(self, check: dict[str, Any]) -> dict[str, float]:
         """Each dtype's median burn-in TFLOPS over the floor of the profile that judged it (the
         derived H200 one on a GPU, `cpu` for CPU devices)."""
-        from airlock import sku
+        from airlock import profiles
 
         burn = (check.get("checks") or {}).get("burnin", {}).get("figures") or {}
         if not burn.get("median_tflops") or not burn.get("profile"):
             return {}
-        floors = sku.named(burn["profile"], [os.path.join(self.work, "profiles")]).get(
+        floors = profiles.named(burn["profile"], [os.path.join(self.work, "profiles")]).get(
             "tflops_floor") or {}
         burn["floors"] = floors  # for the report
         return {dt: v / floors[dt] for dt, v in burn["median_tflops"].items() if floors.get(dt)}

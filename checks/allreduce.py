@@ -12,7 +12,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from airlock import dist, sku
+from airlock import dist, profiles
 from airlock.checks.base import Outcome, failed, passed, skipped
 from airlock.settings.checks import AllreduceSection
 
@@ -113,7 +113,7 @@ def check_allreduce(ctx) -> Outcome:
     params = dist.params_for(cfg, on_gpu=bool(gpus), level=ctx.level)
     report = dist.run_local(ranks, params, ctx.faults, node=ctx.node)
     sweep = dist.combine([report])
-    profile = ctx.profile if gpus else sku.named("cpu", ctx.cfg.profile.dirs)
+    profile = ctx.profile if gpus else profiles.named("cpu", ctx.cfg.profile.dirs)
     floor = float(profile.get("busbw_floor_gbps") or 0.0)
     out = verdict_allreduce(sweep, floor, cfg.straggler_fraction)
     out.figures.update(backend=report["backend"], profile=profile.name)

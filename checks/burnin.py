@@ -664,13 +664,13 @@ def confirm_fleet(first: Outcome, remeasure: Callable[[], Outcome]) -> Outcome:
 def check_burnin(ctx, progress: Progress | None = None) -> Outcome:
     import torch
 
-    from airlock import sku
+    from airlock import profiles
 
     cfg = ctx.cfg.burnin
     devices = local_devices(torch, cfg.cpu_devices)
     on_gpu = devices[0][0].startswith("cuda")
     plan = make_plan(cfg, on_gpu, ctx.level)
-    profile = ctx.profile if on_gpu else sku.named("cpu", ctx.cfg.profile.dirs)
+    profile = ctx.profile if on_gpu else profiles.named("cpu", ctx.cfg.profile.dirs)
     floors = {k: float(v) for k, v in (profile.get("tflops_floor") or {}).items()}
     fleet: dict[str, float] = {}
     ignored: list[str] = []

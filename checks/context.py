@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airlock import faults as faults_mod
-from airlock import nvml, sku
+from airlock import nvml, profiles
 
 
 @dataclass
@@ -18,7 +18,7 @@ class Context:
     attempt: int = 1
     faults: dict[str, str] = field(default_factory=dict)
     _snapshot: nvml.Snapshot | None = None
-    _profile: sku.Profile | None = None
+    _profile: profiles.Profile | None = None
 
     @classmethod
     def create(cls, cfg: Any, node: str, level: str = "quick") -> Context:
@@ -32,9 +32,10 @@ class Context:
         return self._snapshot
 
     @property
-    def profile(self) -> sku.Profile:
+    def profile(self) -> profiles.Profile:
         if self._profile is None:
-            self._profile = sku.for_context(self)  # config (node/partition/feature), else detected
+            # from config (node, partition, feature), else detected
+            self._profile = profiles.for_context(self)
         return self._profile
 
     @property

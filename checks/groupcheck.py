@@ -78,7 +78,7 @@ def judge(report: dict[str, Any] | None, rc: int, stderr: str, floor_gbps: float
 def run_member(cfg, node: str, nodes: list[str], master: str, port: int,
                level: str = "standard", timeout: float | None = None,
                secret_file: str = "") -> dict[str, Any]:
-    from airlock.sku import select
+    from airlock.profiles import select
 
     timeout = timeout or cfg.ondemand.group_timeout
     idx = nodes.index(node)

@@ -59,7 +59,7 @@ def verdict_gpu_count(found: int, expected: int, profile: str, gres: int | None 
 
 
 def check_gpu_count(ctx) -> Outcome:
-    from airlock import sku
+    from airlock import profiles
     from airlock.checks.nvml_checks import snapshot_or_outcome
 
     snap = snapshot_or_outcome(ctx, "gpu_count")
@@ -70,12 +70,12 @@ def check_gpu_count(ctx) -> Outcome:
     expected = override if override >= 0 else profile.gpus
     pci = None
     if snap.count < expected or expected == 0 or profile.name.startswith("auto:"):
-        pci = len(sku.node_pci_gpus(ctx))
+        pci = len(profiles.node_pci_gpus(ctx))
     gres = None
     if ctx.cfg.profile.gres and ctx.level in HEAVY:
         if ctx.attempt > 1 and getattr(ctx, "_slurm_facts", False) is None:
             ctx._slurm_facts = False  # the confirmation asks Slurm again
-        facts = sku.node_facts(ctx)
+        facts = profiles.node_facts(ctx)
         if facts is None:
             why = getattr(ctx, "_slurm_facts_error", "") or "no answer"
             return failed("gpu_count", f"Slurm GRES unreadable: {why}"[:160], found=snap.count,

@@ -80,7 +80,7 @@ def check_nvml(ctx) -> Outcome:
     except NvmlError as exc:
         ctx._nvml_reported = True
         return verdict_nvml(None, exc)
-    from airlock.sku import node_pci_gpus
+    from airlock.profiles import node_pci_gpus
 
     return verdict_nvml(snap, pci_gpus=node_pci_gpus(ctx) if snap.source == "none" else ())
 

@@ -356,9 +356,9 @@ def test_pynvml_backend_uses_only_names_the_installed_pynvml_has():
     missing = sorted(n for n in used if not hasattr(pynvml, n))
     assert not missing, missing
     # every bit the backend names maps to a throttle name the profiles may use
-    from airlock import sku
+    from airlock import profiles
 
-    assert set(nvml._THROTTLE_BITS.values()) == set(sku.THROTTLE_NAMES)
+    assert set(nvml._THROTTLE_BITS.values()) == set(profiles.THROTTLE_NAMES)
 
 
 def test_pynvml_without_a_driver_is_no_nvml_and_says_why():

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from airlock import config, sku
+from airlock import config, profiles
 from airlock.errors import ConfigError
 from airlock.settings.checks import ProfileSection
 from airlock.slurm import Node
@@ -14,11 +14,11 @@ SHIPPED = {"h100-sxm-8x", "h200-8x", "a100-80gb-8x", "b200-8x", "l40s", "cpu"}
 
 
 def test_shipped_profiles_are_complete():
-    profiles = sku.builtin()
-    assert set(profiles) == SHIPPED
-    for name, p in profiles.items():
+    shipped = profiles.builtin()
+    assert set(shipped) == SHIPPED
+    for name, p in shipped.items():
         floors = p.get("tflops_floor")
-        assert set(floors) == set(sku.DTYPES), name
+        assert set(floors) == set(profiles.DTYPES), name
         assert p.get("busbw_floor_gbps") > 0, name
         assert p.get("xid_policy") == "default", name
         if name != "cpu":
@@ -29,21 +29,21 @@ def test_shipped_profiles_are_complete():
 
 
 def test_nvlink_expectations():
-    p = sku.builtin()
+    p = profiles.builtin()
     assert p["h100-sxm-8x"].get("nvlink_links") == 18
     assert p["a100-80gb-8x"].get("nvlink_links") == 12
     assert p["l40s"].get("nvlink_links") == 0
 
 
 def test_busbw_floors_sit_below_ring_measurements():
-    p = sku.builtin()
+    p = profiles.builtin()
     # nccl-tests ring on 8x H100 reaches about 370 GB/s without NVLink SHARP (DESIGN.md section 3)
     assert p["h100-sxm-8x"].get("busbw_floor_gbps") < 370
     assert p["a100-80gb-8x"].get("busbw_floor_gbps") < 228
 
 
 def test_cpu_profile_floors_let_a_cpu_pass():
-    cpu = sku.builtin()["cpu"]
+    cpu = profiles.builtin()["cpu"]
     assert cpu.gpus == 0
     assert 0 < cpu.get("tflops_floor")["fp32"] <= 0.001
     assert 0 < cpu.get("busbw_floor_gbps") <= 0.01
@@ -67,30 +67,30 @@ def test_bad_profile_file_is_one_clear_error(tmp_path, text, words):
     f = tmp_path / "bad.toml"
     f.write_text(text)
     with pytest.raises(ConfigError) as err:
-        sku.load_file(str(f))
+        profiles.load_file(str(f))
     assert words in str(err.value)
     assert str(f) in str(err.value)
 
 
 def test_detect_by_model_and_count():
-    assert sku.detect(["NVIDIA H100 80GB HBM3"], 8).name == "h100-sxm-8x"
-    assert sku.detect(["NVIDIA H200"], 8).name == "h200-8x"
-    assert sku.detect(["NVIDIA A100-SXM4-80GB"], 8).name == "a100-80gb-8x"
-    assert sku.detect(["NVIDIA L40S"], 4).name == "l40s"
-    assert sku.detect([], 0).name == "cpu"
-    unknown = sku.detect(["NVIDIA GeForce RTX 4090"], 2)
+    assert profiles.detect(["NVIDIA H100 80GB HBM3"], 8).name == "h100-sxm-8x"
+    assert profiles.detect(["NVIDIA H200"], 8).name == "h200-8x"
+    assert profiles.detect(["NVIDIA A100-SXM4-80GB"], 8).name == "a100-80gb-8x"
+    assert profiles.detect(["NVIDIA L40S"], 4).name == "l40s"
+    assert profiles.detect([], 0).name == "cpu"
+    unknown = profiles.detect(["NVIDIA GeForce RTX 4090"], 2)
     assert unknown.name == "auto:NVIDIA GeForce RTX 4090" and unknown.gpus == 2
 
 
 def test_site_directory_adds_and_replaces(tmp_path):
     (tmp_path / "h100.toml").write_text('name = "h100-sxm-8x"\nmodels = ["H100"]\ngpus = 4\n')
     (tmp_path / "gb200.toml").write_text('name = "gb200-4x"\nmodels = ["GB200"]\ngpus = 4\n')
-    sku._CACHE.clear()
-    profiles = sku.available([str(tmp_path)])
-    assert profiles["h100-sxm-8x"].gpus == 4 and "gb200-4x" in profiles
-    assert sku.builtin()["h100-sxm-8x"].gpus == 8
+    profiles._CACHE.clear()
+    found = profiles.available([str(tmp_path)])
+    assert found["h100-sxm-8x"].gpus == 4 and "gb200-4x" in found
+    assert profiles.builtin()["h100-sxm-8x"].gpus == 8
     with pytest.raises(ConfigError, match="profile directory .* not found"):
-        sku.available([str(tmp_path / "nope")])
+        profiles.available([str(tmp_path / "nope")])
 
 
 def node(partitions=(), features=()) -> Node:
@@ -100,14 +100,14 @@ def node(partitions=(), features=()) -> Node:
 def test_choose_name_precedence():
     sec = ProfileSection(name="h100-sxm-8x", by_node={"gpu[1-8]": "a100-80gb-8x"},
                              by_partition={"big": "h200-8x"}, by_feature={"l40s": "l40s"})
-    assert sku.choose_name(sec, "gpu7", node(["big"], ["l40s"]))[0] == "a100-80gb-8x"
-    assert sku.choose_name(sec, "gpu9", node(["big"], ["l40s"])) == ("h200-8x",
+    assert profiles.choose_name(sec, "gpu7", node(["big"], ["l40s"]))[0] == "a100-80gb-8x"
+    assert profiles.choose_name(sec, "gpu9", node(["big"], ["l40s"])) == ("h200-8x",
                                                                     "by_partition big")
-    assert sku.choose_name(sec, "gpu9", node(["main"], ["l40s"]))[0] == "l40s"
-    assert sku.choose_name(sec, "gpu9", node(["main"], []))[0] == "h100-sxm-8x"
+    assert profiles.choose_name(sec, "gpu9", node(["main"], ["l40s"]))[0] == "l40s"
+    assert profiles.choose_name(sec, "gpu9", node(["main"], []))[0] == "h100-sxm-8x"
     # Slurm unreachable: the tables that need it are passed over, the rest still apply
-    assert sku.choose_name(sec, "gpu9", None)[0] == "h100-sxm-8x"
-    assert sku.choose_name(ProfileSection(), "gpu9", None) == ("", "")
+    assert profiles.choose_name(sec, "gpu9", None)[0] == "h100-sxm-8x"
+    assert profiles.choose_name(ProfileSection(), "gpu9", None) == ("", "")
 
 
 def test_profile_section_validation():
@@ -144,8 +144,8 @@ def test_shipped_files_are_named_after_their_profiles():
     from airlock.profiles import PROFILE_DIR
 
     for fname in os.listdir(PROFILE_DIR):
-        if fname.endswith(".toml") and fname not in sku.NOT_PROFILES:
-            assert sku.load_file(os.path.join(PROFILE_DIR, fname)).name == fname[:-5]
+        if fname.endswith(".toml") and fname not in profiles.NOT_PROFILES:
+            assert profiles.load_file(os.path.join(PROFILE_DIR, fname)).name == fname[:-5]
 
 
 def test_a_named_profile_loads_only_its_own_file():
@@ -154,28 +154,28 @@ def test_a_named_profile_loads_only_its_own_file():
     import subprocess
     import sys
 
-    code = ("from airlock import sku; sku.named('h200-8x'); sku.detect([], 0); "
-            "print(sorted(p.rsplit('/', 1)[1] for p in sku._FILES)); "
-            "sku.detect(['NVIDIA H200'], 8); print(len(sku._FILES))")
+    code = ("from airlock import profiles; profiles.named('h200-8x'); profiles.detect([], 0); "
+            "print(sorted(p.rsplit('/', 1)[1] for p in profiles._FILES)); "
+            "profiles.detect(['NVIDIA H200'], 8); print(len(profiles._FILES))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60)
     assert out.returncode == 0, out.stderr
     first, total = out.stdout.splitlines()
     assert first == "['cpu.toml', 'h200-8x.toml']"
-    assert int(total) == len(sku.builtin())
+    assert int(total) == len(profiles.builtin())
 
 
 def test_named_profile_errors_name_the_known_ones(tmp_path):
     with pytest.raises(ConfigError, match=r"unknown profile 'h300' \(known: .*h200-8x"):
-        sku.named("h300")
+        profiles.named("h300")
     with pytest.raises(ConfigError, match="unknown profile '../cpu'"):
-        sku.named("../cpu")  # never a path out of the profile directory
+        profiles.named("../cpu")  # never a path out of the profile directory
     (tmp_path / "mine.toml").write_text('name = "site-h200"\nmodels = ["H200"]\ngpus = 1\n')
-    assert sku.named("site-h200", [str(tmp_path)]).gpus == 1
-    assert sku.named("h200-8x", [str(tmp_path)]).gpus == 8
+    assert profiles.named("site-h200", [str(tmp_path)]).gpus == 1
+    assert profiles.named("h200-8x", [str(tmp_path)]).gpus == 8
 
 
 def test_a_gpu_node_nvml_cannot_see_never_gets_the_cpu_profile():
-    assert sku.detect([], 0, pci_gpus=0).name == "cpu"
-    p = sku.detect([], 0, pci_gpus=8)
+    assert profiles.detect([], 0, pci_gpus=0).name == "cpu"
+    p = profiles.detect([], 0, pci_gpus=8)
     assert p.name == "auto:nvidia-pci" and p.gpus == 8
