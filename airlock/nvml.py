@@ -477,7 +477,7 @@ def gather(backend, timeout: float) -> Snapshot:
     def work() -> None:
         try:
             box["snap"] = backend.snapshot()
-        except BaseException as exc:  # noqa: BLE001 - carried to the caller's thread
+        except BaseException as exc:  # carried to the caller's thread
             box["exc"] = exc
 
     started = time.monotonic()

@@ -331,7 +331,7 @@ def read_many(cfg, nodes: list[str], history: int = 0,
         for n in chunk:
             try:
                 res = read_node(cfg, n, history)
-            except Exception as exc:  # noqa: BLE001 - one node's bad data must not hide the rest
+            except Exception as exc:  # one node's bad data must not hide the rest
                 res = NodeResults(n, None, "slurm", f"results unreadable: {exc}")
             with lock:
                 out[n] = res

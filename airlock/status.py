@@ -51,7 +51,7 @@ def _recovery_store(cfg):
 
     try:
         path = cfg.section("recovery").db
-    except Exception:  # noqa: BLE001 - no recovery section registered: no recovery shown
+    except Exception:  # no recovery section registered: no recovery shown
         return None
     if not path or not os.path.exists(path):
         return None
@@ -59,7 +59,7 @@ def _recovery_store(cfg):
         from airlock.recovery.store import RecoveryStore
 
         return RecoveryStore(path, readonly=True)
-    except Exception:  # noqa: BLE001 - a broken recovery DB must not break status
+    except Exception:  # a broken recovery DB must not break status
         return None
 
 
@@ -76,7 +76,7 @@ def recovery_states(cfg) -> dict[str, str]:
 
         return {node: case.state for node, case in store.cases().items()
                 if case.state not in CLOSED}
-    except Exception:  # noqa: BLE001 - gracefully empty, like a missing database
+    except Exception:  # gracefully empty, like a missing database
         return {}
     finally:
         store.close()
@@ -97,7 +97,7 @@ def recovery_metrics(cfg) -> dict[str, Any]:
         cases = store.cases().values()
         return {"actions": actions, "breaker_open": bool(store.breaker()["open"]),
                 "in_flight": sum(c.state in IN_FLIGHT for c in cases)}
-    except Exception:  # noqa: BLE001 - gracefully empty, like a missing database
+    except Exception:  # gracefully empty, like a missing database
         return {}
     finally:
         store.close()

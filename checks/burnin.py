@@ -399,7 +399,7 @@ class _DeviceWorker(threading.Thread):
     def run(self) -> None:
         try:
             self.result = self._run()
-        except BaseException as exc:  # noqa: BLE001 - a device error is this device's verdict
+        except BaseException as exc:  # a device error is this device's verdict
             what = "allocation failed" if _is_alloc_error(exc) else "error"
             msg = f"{what}: {type(exc).__name__}: {exc}".splitlines()[0][:120]
             self.result = DeviceRun(self.dev, self.model, self.dtype, error=msg)
@@ -506,7 +506,7 @@ def run_dtype(torch, devices: list[tuple[str, str]], dtype: str, plan: Plan,
             w.start()
         try:  # once per dtype, shared by every device, while they run
             golden.set(Golden.compute(torch, a_host, b_host))
-        except BaseException as exc:  # noqa: BLE001 - every device reports it
+        except BaseException as exc:  # every device reports it
             golden.set(error=exc)
         _wait(workers, plan, tick)
     finally:

@@ -103,7 +103,7 @@ class _Tester(threading.Thread):
         started = time.monotonic()
         try:
             self.result = self._run()
-        except BaseException as exc:  # noqa: BLE001 - a device error is this device's verdict
+        except BaseException as exc:  # a device error is this device's verdict
             msg = f"error: {type(exc).__name__}: {exc}".splitlines()[0][:120]
             self.result = DeviceMem(self.dev, error=msg)
         self.result = DeviceMem(**{**self.result.__dict__,
