@@ -14,6 +14,13 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any
 
+from airlock import boot, incidents, nodestate, nvml
+from airlock import config as config_mod
+from airlock.errors import AirlockError
+from airlock.paths import node_dir, shared_node_dir
+from airlock.recovery.providers.http import token_file_problem
+from airlock.slurm import Slurm
+
 OK, WARN, FAIL = "OK", "WARN", "FAIL"
 HOOKS = (("HealthCheckProgram", "airlock-healthcheck", "airlock.hooks.healthcheck"),
          ("Prolog", "airlock-prolog", "airlock.hooks.prolog"),
@@ -107,8 +114,6 @@ def check_interval(conf: dict[str, str], budget: float) -> list[Item]:
 def check_config(path: str | None) -> tuple[Any, list[Item]]:
     """The file loads, and every section in it is valid (hooks build only the sections they use,
     so a mistake in one a node never reads would otherwise go unnoticed)."""
-    from airlock import config as config_mod
-    from airlock.errors import AirlockError
 
     try:
         cfg = config_mod.load(path)
@@ -141,8 +146,6 @@ def check_scheduler(conf: dict[str, str]) -> list[Item]:
 
 def check_node_state(cfg, node: str) -> list[Item]:
     """This node's proof of its current boot, and Airlock's own errors recorded here."""
-    from airlock import boot, incidents, nodestate
-    from airlock.paths import node_dir
 
     items = []
     try:
@@ -177,7 +180,6 @@ def check_node_state(cfg, node: str) -> list[Item]:
 
 
 def check_dirs(cfg, node: str) -> list[Item]:
-    from airlock.paths import node_dir, shared_node_dir
 
     items = []
     state = node_dir(cfg.state_dir, node)
@@ -204,8 +206,6 @@ def check_dirs(cfg, node: str) -> list[Item]:
 
 
 def check_nvml(cfg, node: str) -> list[Item]:
-    from airlock import nvml
-    from airlock.errors import AirlockError
 
     if cfg.nvml.simulate:
         try:
@@ -227,7 +227,6 @@ def check_nvml(cfg, node: str) -> list[Item]:
 def check_recovery_http(cfg) -> list[Item]:
     """[recovery.http] (provider "http" only): each insecure setting that allow_insecure lets
     through is a WARN; a token file others can read, or not root's, is a FAIL without it."""
-    from airlock.recovery.providers.http import token_file_problem
 
     rec = cfg.recovery
     if rec.provider != "http":
@@ -269,8 +268,6 @@ def check_torch(python: str = sys.executable, timeout: float = 120) -> list[Item
 
 
 def run(config_path: str | None, node: str, torch_check: bool = True) -> list[Item]:
-    from airlock.errors import AirlockError
-    from airlock.slurm import Slurm
 
     cfg, items = check_config(config_path)
     slurm = Slurm.from_config(cfg) if cfg is not None else Slurm()

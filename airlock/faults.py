@@ -37,6 +37,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from airlock.nvml import NvmlError, read_simulation
+
 ENV_VAR = "AIRLOCK_FAULTS"
 
 
@@ -54,7 +56,6 @@ def parse(text: str) -> dict[str, str]:
 def active(cfg: Any = None, node: str = "") -> dict[str, str]:
     faults: dict[str, str] = {}
     if cfg is not None and node and getattr(cfg.nvml, "simulate", ""):
-        from airlock.nvml import NvmlError, read_simulation
 
         try:
             sim = read_simulation(cfg.nvml.simulate, node).get("faults", {})

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from airlock.paths import atomic_write, node_dir, read_json, shared_node_dir
+from airlock.results import local_readable  # the same rule as for the node's results
 
 FILE = "errors.json"
 
@@ -73,7 +74,6 @@ def clear(state_dir: str, shared_dir: str, node: str, hook: str) -> None:
 def read_node(cfg, node: str) -> dict[str, dict[str, Any]]:
     """A node's recorded errors as the controller sees them: the shared copy when there is a
     shared directory, else the node-local file when this host can see it."""
-    from airlock.results import local_readable  # the same rule as for the node's results
 
     shared = shared_node_dir(cfg.shared_dir, node)
     if shared is not None and (shared / FILE).exists():

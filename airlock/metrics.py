@@ -111,7 +111,7 @@ def controller_registry(status: dict[str, Any], recovery: dict[str, Any]):
     """
     from prometheus_client import CollectorRegistry, Gauge
 
-    from airlock.status import STATES
+    from airlock.status import STATES  # the controller's file only: nodes never import status
 
     reg = CollectorRegistry()
     node_state = Gauge("airlock_node_state", "Airlock's view of each node (state set)",

@@ -36,9 +36,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from airlock import config as config_mod
 from airlock import finish, paths, protocol, reasons
+from airlock.checks import groupcheck
 from airlock.culprit import find_culprits
+from airlock.dist.rendezvous import SECRET_ENV, new_secret
 from airlock.errors import AirlockError, SlurmError
+from airlock.runner import run_level
 from airlock.slurm import Node, Slurm, collect
 
 EXIT_PASS, EXIT_FAIL, EXIT_PARTIAL = 0, 1, 3
@@ -351,7 +355,6 @@ def _group_secret(cfg, launcher: Launcher) -> tuple[str, str]:
     """The run's rendezvous secret (airlock.dist.rendezvous): (its file, root-only, in a 0700
     folder under the shared directory, "" without one; the folder to remove afterwards). With
     no shared directory it travels in srun's environment instead."""
-    from airlock.dist.rendezvous import SECRET_ENV, new_secret
 
     secret = new_secret()
     if not cfg.shared_dir:
@@ -443,8 +446,6 @@ def _apply(slurm: Slurm, targets: dict[str, GroupTarget], echo) -> None:
 
 # --- workers, run on the nodes by srun ------------------------------------------------------
 def node_worker(level: str, only: list[str]) -> int:
-    from airlock import config as config_mod
-    from airlock.runner import run_level
 
     cfg = config_mod.load()
     node = paths.local_node_name()
@@ -461,8 +462,6 @@ def node_worker(level: str, only: list[str]) -> int:
 
 def group_worker(master: str, port: int, nodes: list[str], level: str,
                  secret_file: str = "") -> int:
-    from airlock import config as config_mod
-    from airlock.checks import groupcheck
 
     cfg = config_mod.load()
     node = paths.local_node_name()

@@ -131,7 +131,7 @@ class Suite:
         """Join this registration window's batch; the group all-reduce's record, or None if
         alone. A batch that cannot say whether this node is good is a warning, never a drain."""
         from airlock.batch import Batch  # only with [registration] group_window
-        from airlock.checks.groupcheck import run_member
+        from airlock.checks.groupcheck import run_member  # (the same)
 
         reg = self.cfg.registration
         started = time.monotonic()

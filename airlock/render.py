@@ -16,8 +16,11 @@ import sys
 from importlib import resources
 from typing import Any
 
+from airlock import config as config_mod
 from airlock.config import DEFAULT_PATH
 from airlock.errors import AirlockError
+from airlock.paths import atomic_write_text
+from airlock.settings import doc
 
 DEFAULT_BIN_DIR = "/usr/local/bin"
 SLURM_DEFAULTS: dict[str, Any] = {
@@ -124,8 +127,6 @@ def config_model() -> list[dict[str, Any]]:
     from the code itself."""
     import dataclasses
 
-    from airlock import config as config_mod
-    from airlock.settings import doc
 
     def table(name: str, cls: type) -> list[dict[str, Any]]:
         keys, subtables = [], []
@@ -161,7 +162,6 @@ def write_output(text: str, output: str | None) -> None:
         return
     from pathlib import Path
 
-    from airlock.paths import atomic_write_text
 
     try:
         atomic_write_text(Path(output), text)

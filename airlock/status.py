@@ -14,7 +14,8 @@ from typing import Any
 
 from airlock import incidents, reasons
 from airlock.errors import ConfigError
-from airlock.recovery.machine import Obs, stuck_nodes
+from airlock.recovery.machine import CLOSED, IN_FLIGHT, Obs, stuck_nodes
+from airlock.recovery.store import RecoveryStore
 from airlock.report import table
 from airlock.results import NodeResults, read_many
 from airlock.slurm import Node, Slurm
@@ -56,7 +57,6 @@ def _recovery_store(cfg):
     if not path or not os.path.exists(path):
         return None
     try:
-        from airlock.recovery.store import RecoveryStore
 
         return RecoveryStore(path, readonly=True)
     except Exception:  # a broken recovery DB must not break status
@@ -72,7 +72,6 @@ def recovery_states(cfg) -> dict[str, str]:
     if store is None:
         return {}
     try:
-        from airlock.recovery.machine import CLOSED
 
         return {node: case.state for node, case in store.cases().items()
                 if case.state not in CLOSED}
@@ -88,7 +87,6 @@ def recovery_metrics(cfg) -> dict[str, Any]:
     if store is None:
         return {}
     try:
-        from airlock.recovery.machine import IN_FLIGHT
 
         actions: dict[tuple[str, str], int] = {}
         for a in store.actions():

@@ -41,9 +41,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from airlock import protocol
+from airlock import profiles, protocol
 from airlock.checks.base import Outcome, failed, passed, warned
 from airlock.faults import device_arg
+from airlock.paths import NODE, SafeDir, split_template, valid_node_name
+from airlock.results import run_problem
 
 CHECK = "burnin"
 SEED = 1234
@@ -243,8 +245,6 @@ def read_fleet(shared_dir: str, node: str, profile: str, per_node: int = 5,
     The folders are walked without following links and only documents that root wrote and that
     validate as a run of that very node count, one node per folder (airlock.paths.SafeDir,
     airlock.results.run_problem); what was left out, and why, is appended to `ignored`."""
-    from airlock.paths import NODE, SafeDir, split_template, valid_node_name
-    from airlock.results import run_problem
 
     ignored = ignored if ignored is not None else []
     if not shared_dir:
@@ -664,7 +664,6 @@ def confirm_fleet(first: Outcome, remeasure: Callable[[], Outcome]) -> Outcome:
 def check_burnin(ctx, progress: Progress | None = None) -> Outcome:
     import torch
 
-    from airlock import profiles
 
     cfg = ctx.cfg.burnin
     devices = local_devices(torch, cfg.cpu_devices)

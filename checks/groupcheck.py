@@ -21,8 +21,10 @@ import signal
 import subprocess
 from typing import Any
 
-from airlock import dist
+from airlock import dist, nvml
 from airlock import faults as faults_mod
+from airlock.checks.allreduce import verdict_allreduce
+from airlock.profiles import select
 
 CHECK = "group_allreduce"
 
@@ -42,7 +44,6 @@ def fault_switches(node_faults: dict[str, str]) -> str:
 def local_ranks(cfg, node: str) -> int:
     """GPUs that real NVML sees here (without importing torch), else one CPU rank. Every member
     must agree on this, so a heterogeneous group fails its rendezvous rather than guess."""
-    from airlock import nvml
 
     try:
         snap = nvml.gather(nvml.backend_for(cfg, node), cfg.nvml.timeout)
@@ -59,7 +60,6 @@ def group_floor(cfg, profile_floor: float) -> float:
 def judge(report: dict[str, Any] | None, rc: int, stderr: str, floor_gbps: float,
           straggler_fraction: float, timeout: float) -> dict[str, Any]:
     """This member's answer {ok, detail, figures} from its node's launcher report."""
-    from airlock.checks.allreduce import verdict_allreduce
 
     if report is None:
         if rc in (-signal.SIGKILL, 124):
@@ -78,13 +78,11 @@ def judge(report: dict[str, Any] | None, rc: int, stderr: str, floor_gbps: float
 def run_member(cfg, node: str, nodes: list[str], master: str, port: int,
                level: str = "standard", timeout: float | None = None,
                secret_file: str = "") -> dict[str, Any]:
-    from airlock.profiles import select
 
     timeout = timeout or cfg.ondemand.group_timeout
     idx = nodes.index(node)
     local = local_ranks(cfg, node)
     try:
-        from airlock import nvml
 
         snap = nvml.gather(nvml.backend_for(cfg, node), cfg.nvml.timeout)
         profile = select(snap.models, snap.count, cfg.profile.name)

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import re
 
+from airlock import profiles
 from airlock.checks.base import Outcome, failed, passed
+from airlock.checks.nvml_checks import snapshot_or_outcome
 from airlock.checks.registry import HEAVY
 
 _GRES_ITEM = re.compile(r"^gpu(?::[^:(]+)?:(\d+)")
@@ -59,8 +61,6 @@ def verdict_gpu_count(found: int, expected: int, profile: str, gres: int | None 
 
 
 def check_gpu_count(ctx) -> Outcome:
-    from airlock import profiles
-    from airlock.checks.nvml_checks import snapshot_or_outcome
 
     snap = snapshot_or_outcome(ctx, "gpu_count")
     if isinstance(snap, Outcome):

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from airlock.checks.base import Outcome, failed, passed
+from airlock.checks.burnin import local_devices
 from airlock.faults import device_arg
 from airlock.settings.checks import MemtestSection
 
@@ -239,7 +240,6 @@ def run_memtest(torch, devices: list[str], cfg: MemtestSection, level: str,
 def check_memtest(ctx) -> Outcome:
     import torch
 
-    from airlock.checks.burnin import local_devices
 
     cfg: MemtestSection = ctx.cfg.memtest
     devices = [d for d, _model in local_devices(torch, cfg.cpu_devices)]

@@ -19,6 +19,7 @@ from typing import Any
 
 from airlock.checks.base import Outcome, failed, passed, skipped, warned
 from airlock.nvml import Gpu, NvmlError, NvmlTimeout, Snapshot
+from airlock.profiles import node_pci_gpus
 
 
 # --- shared gather -----------------------------------------------------------------------------
@@ -80,7 +81,6 @@ def check_nvml(ctx) -> Outcome:
     except NvmlError as exc:
         ctx._nvml_reported = True
         return verdict_nvml(None, exc)
-    from airlock.profiles import node_pci_gpus
 
     return verdict_nvml(snap, pci_gpus=node_pci_gpus(ctx) if snap.source == "none" else ())
 

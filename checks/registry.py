@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from airlock.errors import ConfigError
+
 QUICK, STANDARD, DEEP = "quick", "standard", "deep"
 ALL = (QUICK, STANDARD, DEEP)
 HEAVY = (STANDARD, DEEP)
@@ -58,7 +60,6 @@ def for_level(level: str, only: list[str] | None = None) -> list[CheckSpec]:
         known = {c.name for c in CHECKS}
         unknown = [o for o in only if o not in known]
         if unknown:
-            from airlock.errors import ConfigError
 
             raise ConfigError(f"unknown check {unknown[0]!r} (known: {', '.join(sorted(known))})")
         specs = [c for c in CHECKS if c.name in only]

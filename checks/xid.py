@@ -33,6 +33,7 @@ import tomllib
 from datetime import datetime
 from typing import Any, NamedTuple
 
+from airlock.boot import wall_start as boot_time
 from airlock.checks.base import Outcome, failed, passed, warned
 from airlock.errors import ConfigError
 from airlock.nvml import NvmlError, XidEvent, pci_key
@@ -424,7 +425,6 @@ def verdict_xid(events: list[XidEvent], pol: XidPolicy, now: float, boot: float,
 
 # --- gather ------------------------------------------------------------------------------------
 def check_xid(ctx) -> Outcome:
-    from airlock.boot import wall_start as boot_time
 
     section = ctx.cfg.xid
     events: list[XidEvent] = []

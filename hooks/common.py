@@ -136,7 +136,7 @@ def describe(hook: Hook, exc: BaseException) -> tuple[str, str]:
 
 def fail_closed(hook: Hook, subject: str, detail: str) -> str:
     """Drain with an own-error reason (kept behind a hardware failure already in force)."""
-    from airlock import drains, reasons
+    from airlock import drains, reasons  # Slurm's client: the pass path never drains
 
     try:
         res = drains.fail(hook.slurm(), hook.node, reasons.failure(subject, detail))

@@ -27,11 +27,13 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from airlock import boot as boot_mod
-from airlock import finish
+from airlock import finish, nvml
 from airlock.checks.base import Outcome, failed, passed, skipped, warned
+from airlock.checks.xid import policy
 from airlock.errors import AirlockError
 from airlock.hooks.common import Hook, guard
 from airlock.hooks.prolog import gpu_snapshot, jobs_dir
+from airlock.paths import read_json
 
 
 # --- pure verdicts -------------------------------------------------------------------------------
@@ -123,7 +125,6 @@ def verdict_ecc(before: dict[str, Any] | None, gpus: list[dict[str, Any]]) -> Ou
 def fatal_xids(cfg) -> set[int]:
     if cfg.epilog.fatal_xids:
         return set(cfg.epilog.fatal_xids)
-    from airlock.checks.xid import policy
 
     return set(policy("default", cfg.xid.policy_file).fatal)
 
@@ -134,7 +135,6 @@ def _alive(pid: int) -> bool:
 
 
 def _gpus(cfg, node: str) -> list[dict[str, Any]]:
-    from airlock import nvml
 
     snap = nvml.gather(nvml.backend_for(cfg, node), cfg.nvml.timeout)
     out = gpu_snapshot(snap)["gpus"]
@@ -145,7 +145,6 @@ def _gpus(cfg, node: str) -> list[dict[str, Any]]:
 
 
 def run_epilog(hook: Hook, job_gpus_env: str | None) -> tuple[int, str]:
-    from airlock.paths import read_json
 
     cfg, node, job = hook.cfg, hook.node, hook.job
     started = time.time()

@@ -28,10 +28,10 @@ from typing import Any
 from airlock import finish
 from airlock.hooks import gate
 from airlock.hooks.common import Hook, guard
+from airlock.paths import atomic_write, node_dir
 
 
 def jobs_dir(cfg, node: str) -> Path:
-    from airlock.paths import node_dir
 
     return node_dir(cfg.state_dir, node) / "jobs"
 
@@ -52,7 +52,6 @@ def gpu_snapshot(snap) -> dict[str, Any]:
 
 
 def save_job_snapshot(cfg, node: str, job: str, snap) -> None:
-    from airlock.paths import atomic_write
 
     folder = jobs_dir(cfg, node)
     atomic_write(folder / f"{job}.json", {"job_id": job, "started_at": time.time(),

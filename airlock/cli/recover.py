@@ -14,6 +14,11 @@ import click
 
 from airlock.cli.common import load_config
 from airlock.errors import AirlockError
+from airlock.recovery import providers
+from airlock.recovery.journal import Journal
+from airlock.recovery.service import Service
+from airlock.recovery.store import RecoveryStore
+from airlock.slurm import Slurm
 
 
 @click.command("recover")
@@ -29,11 +34,6 @@ from airlock.errors import AirlockError
 @click.pass_context
 def recover_cmd(ctx, once, dry_run, interval, reset_breaker, show, history_node, as_json):
     """Reboot, re-check and replace failed nodes, within the safety rails."""
-    from airlock.recovery import providers
-    from airlock.recovery.journal import Journal
-    from airlock.recovery.service import Service
-    from airlock.recovery.store import RecoveryStore
-    from airlock.slurm import Slurm
 
     if history_node is not None and not history_node.strip():
         raise AirlockError("--history: needs a node name")

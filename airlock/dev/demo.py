@@ -14,7 +14,12 @@ from pathlib import Path
 
 import click
 
+from airlock import config as config_mod
+from airlock import status
+from airlock.dev.cloud import FakeCloud
 from airlock.dev.cluster import DevCluster, healthy_gpus
+from airlock.nodestate import NodeState
+from airlock.recovery.store import RecoveryStore
 
 
 class Watch:
@@ -46,8 +51,6 @@ class Watch:
 
 def _settled(cluster: DevCluster, names: list[str]) -> bool:
     """Every node registered and its registration suite has reached a verdict."""
-    from airlock import config as config_mod
-    from airlock.nodestate import NodeState
 
     cfg = config_mod.load(cluster.airlock_conf)
     for n in cluster.slurm.nodes(names):
@@ -87,9 +90,6 @@ def run_demo(workdir: Path, keep: bool = False) -> int:
     import subprocess
     import sys
 
-    from airlock import config as config_mod
-    from airlock import status
-    from airlock.dev.cloud import FakeCloud
 
     workdir.mkdir(parents=True, exist_ok=True)
     cloud = FakeCloud().start()
@@ -127,7 +127,6 @@ def run_demo(workdir: Path, keep: bool = False) -> int:
             info = cluster.job(j)
             click.echo(f"  job {j}: {info.get('JobState')} on {info.get('NodeList')}")
         click.echo("\nRecovery of node3 (from the recovery database):")
-        from airlock.recovery.store import RecoveryStore
 
         store = RecoveryStore(str(workdir / "recovery.db"), readonly=True)
         for a in store.actions("node3"):

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airlock.errors import AirlockError, ConfigError
+from airlock.nvml import pci_gpus
 
 # The shipped profiles (and xid_policy.toml) are the TOML files beside this module, read by path
 # rather than through importlib.resources: that import (zipfile and all) costs the periodic hook
@@ -293,7 +294,7 @@ def match_node(node: str, table: dict[str, str]) -> str:
     exprs = [(expr, pname) for expr, pname in table.items() if any(c in expr for c in "[,")]
     if not exprs:
         return ""  # (without hostlist expressions, no need to import the Slurm client)
-    from airlock.slurm import expand
+    from airlock.slurm import expand  # hostlist: only for an expression in by_node
 
     for expr, pname in exprs:
         if node in expand(expr):
@@ -326,7 +327,7 @@ def node_facts(ctx) -> Any:
     cached = getattr(ctx, "_slurm_facts", False)
     if cached is not False:
         return cached
-    from airlock.slurm import Slurm
+    from airlock.slurm import Slurm  # only when by_partition/by_feature need Slurm
 
     facts, error = None, ""
     try:
@@ -345,8 +346,6 @@ def node_pci_gpus(ctx) -> list[str]:
     """The NVIDIA GPUs on this node's PCI bus ([system] sys_root), read once per run."""
     cached = getattr(ctx, "_pci_gpus", None)
     if cached is None:
-        from airlock.nvml import pci_gpus
-
         cached = ctx._pci_gpus = pci_gpus(ctx.cfg.system.sys_root)
     return cached
 

@@ -243,7 +243,7 @@ class ProfileSection:
         # Profile names are checked against the profile files by their loader, where the files'
         # format lives; only validation needs it.
         from airlock.errors import ConfigError
-        from airlock.profiles import check_names
+        from airlock.profiles import check_names  # (a section must not import it at load)
 
         try:
             check_names(self)  # every site file too, so a typo in one is found at load
