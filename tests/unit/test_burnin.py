@@ -9,7 +9,7 @@ import json
 import pytest
 
 from airlock import config, faults
-from airlock.checks import burnin
+from airlock.checks import burnin, fleet
 from airlock.checks.burnin import DeviceRun, verdict_burnin
 from airlock.checks.context import Context
 from airlock.errors import ConfigError
@@ -43,9 +43,9 @@ def test_stragglers_below_fraction_of_median():
 
 def test_fleet_reference_needs_enough_nodes():
     per_node = {"a": {"bf16": 600.0}, "b": {"bf16": 640.0}, "c": {"bf16": 700.0, "fp32": 50.0}}
-    assert burnin.fleet_reference(per_node, "bf16", 3) == 640.0
-    assert burnin.fleet_reference(per_node, "fp32", 3) is None
-    assert burnin.fleet_reference(per_node, "bf16", 4) is None
+    assert fleet.fleet_reference(per_node, "bf16", 3) == 640.0
+    assert fleet.fleet_reference(per_node, "fp32", 3) is None
+    assert fleet.fleet_reference(per_node, "bf16", 4) is None
 
 
 def test_verdict_pass_reports_figures():
@@ -89,10 +89,10 @@ def test_verdict_floor_straggler_fleet():
     strag = verdict_burnin([run("g0", tflops=1.0), run("g1", tflops=2.0), run("g2", tflops=2.0)],
                            {"fp32": 0.1}, straggler_fraction=0.85)
     assert strag.detail == "g0 fp32 straggler 1 TFLOPS < 0.85 x the others' median 2"
-    fleet = verdict_burnin([run("g0", tflops=2.0), run("g1", tflops=2.0)], {"fp32": 0.1},
-                           fleet={"fp32": 3.0}, fleet_fraction=0.85)
-    assert fleet.detail == "g0 fp32 2 TFLOPS < 0.85 x fleet median 3"
-    assert fleet.figures["fleet_median"] == {"fp32": 3.0}
+    low = verdict_burnin([run("g0", tflops=2.0), run("g1", tflops=2.0)], {"fp32": 0.1},
+                         fleet={"fp32": 3.0}, fleet_fraction=0.85)
+    assert low.detail == "g0 fp32 2 TFLOPS < 0.85 x fleet median 3"
+    assert low.figures["fleet_median"] == {"fp32": 3.0}
 
 
 def test_verdict_no_devices():
@@ -118,8 +118,8 @@ def test_read_fleet_latest_passing_same_profile(tmp_path):
     _store_run(cfg, "me", "h100", "pass", 1.0, "20260102T000000-1-me")  # this node
     (tmp_path / "shared" / "d" / "results").mkdir(parents=True)
     (tmp_path / "shared" / "d" / "results" / "x.json").write_text("{not json")
-    assert burnin.read_fleet(cfg.shared_dir, "me", "h100") == {"a": {"bf16": 650.0}}
-    assert burnin.read_fleet("", "me", "h100") == {}
+    assert fleet.read_fleet(cfg.shared_dir, "me", "h100") == {"a": {"bf16": 650.0}}
+    assert fleet.read_fleet("", "me", "h100") == {}
 
 
 # --- for real on the CPU ---------------------------------------------------------------------
@@ -210,7 +210,7 @@ def test_read_fleet_with_node_placeholder(tmp_path):
                                 "shared_dir": str(tmp_path / template)})
         _store_run(cfg, "a", "h100", "pass", 650.0, "20260102T000000-1-a")
         _store_run(cfg, "b", "h100", "pass", 600.0, "20260102T000000-1-b")
-        assert burnin.read_fleet(cfg.shared_dir, "b", "h100") == {"a": {"bf16": 650.0}}, template
+        assert fleet.read_fleet(cfg.shared_dir, "b", "h100") == {"a": {"bf16": 650.0}}, template
 
 
 def test_plan_gpu_duration_and_deep():

@@ -22,7 +22,7 @@ import pytest
 
 from airlock import config, paths, render, results
 from airlock.batch import Batch
-from airlock.checks import burnin, system
+from airlock.checks import burnin, fleet, system
 from airlock.errors import AirlockError, ConfigError
 from airlock.recovery.providers.http import HttpProvider
 from airlock.recovery.settings import HttpSettings
@@ -224,11 +224,11 @@ def test_poisoned_fleet_documents_are_ignored(tmp_path):
     (shared / "e" / "results").symlink_to(shared / "a" / "results")
     results.ResultStore(cfg, "f").write(fleet_doc("f", float("nan")))
     ignored: list[str] = []
-    fleet = burnin.read_fleet(cfg.shared_dir, "me", "h100", ignored=ignored)
-    assert fleet == {"a": {"bf16": 600.0}, "b": {"bf16": 610.0}, "c": {"bf16": 620.0}}
+    others = fleet.read_fleet(cfg.shared_dir, "me", "h100", ignored=ignored)
+    assert others == {"a": {"bf16": 600.0}, "b": {"bf16": 610.0}, "c": {"bf16": 620.0}}
     assert any("written for node 'a', not 'd'" in i for i in ignored), ignored
     assert any("is a symbolic link" in i for i in ignored), ignored
-    assert burnin.fleet_reference(fleet, "bf16", 3) == 610.0
+    assert fleet.fleet_reference(others, "bf16", 3) == 610.0
 
 
 def test_fleet_reference_is_robust_and_needs_enough_nodes():
@@ -236,8 +236,8 @@ def test_fleet_reference_is_robust_and_needs_enough_nodes():
                                             strict=True)}
     # two compromised nodes report absurd figures: dropped as outliers, not averaged in
     poisoned = {**honest, "x": {"bf16": 1e6}, "y": {"bf16": 5e5}}
-    assert burnin.fleet_reference(poisoned, "bf16", 3) == 610.0
-    assert burnin.fleet_reference({"a": {"bf16": 600.0}, "b": {"bf16": 1e6}}, "bf16", 3) is None
+    assert fleet.fleet_reference(poisoned, "bf16", 3) == 610.0
+    assert fleet.fleet_reference({"a": {"bf16": 600.0}, "b": {"bf16": 1e6}}, "bf16", 3) is None
 
 
 def test_fleet_alone_never_drains_without_a_confirming_remeasurement():
@@ -247,9 +247,9 @@ def test_fleet_alone_never_drains_without_a_confirming_remeasurement():
     ok = burnin.verdict_burnin([burnin.DeviceRun("g0", "h", "bf16", tflops=590.0)],
                                fleet={"bf16": 600.0}, fleet_fraction=0.85)
     calls = []
-    out = burnin.confirm_fleet(low, lambda: calls.append(1) or ok)
+    out = fleet.confirm_fleet(low, lambda: calls.append(1) or ok)
     assert calls == [1] and out.verdict.value == "warn" and "not on re-measurement" in out.detail
-    again = burnin.confirm_fleet(low, lambda: low)
+    again = fleet.confirm_fleet(low, lambda: low)
     assert again.failed and again.figures["fleet_confirmed"] is True
 
 
