@@ -29,11 +29,11 @@ from typing import Any
 from airlock import boot as boot_mod
 from airlock import finish, nvml
 from airlock.checks.base import Outcome, failed, passed, skipped, warned
-from airlock.checks.xid import policy
 from airlock.errors import AirlockError
 from airlock.hooks.common import Hook, guard
 from airlock.hooks.prolog import gpu_snapshot, jobs_dir
 from airlock.paths import read_json
+from airlock.profiles.xid_policy import policy
 
 
 # --- pure verdicts -------------------------------------------------------------------------------

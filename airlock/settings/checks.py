@@ -210,8 +210,8 @@ class XidSection:
         if not self.dmesg_timeout > 0:
             raise ValueError("dmesg_timeout: must be > 0")
         if self.policy_file:
-            # The policy file is parsed by the XID check's own loader, where its format lives.
-            from airlock.checks.xid import load_policies
+            # The policy file is parsed by its loader, where its format lives.
+            from airlock.profiles.xid_policy import load_policies
 
             load_policies(self.policy_file)
 

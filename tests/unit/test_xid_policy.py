@@ -12,6 +12,7 @@ from airlock.checks import xid
 from airlock.checks.base import Verdict
 from airlock.errors import ConfigError
 from airlock.nvml import XidEvent
+from airlock.profiles import xid_policy
 
 NOW = 1_800_000_000.0
 BOOT = NOW - 86400
@@ -22,7 +23,7 @@ def iso(t: float) -> str:
 
 
 def test_default_policy_is_the_documented_fatal_set():
-    pol = xid.policy("default")
+    pol = xid_policy.policy("default")
     expected = {48, 56, 57, 58, 62, 63, 64, 65, 68, 69, 73, 74, 79, 80, 81, 92, 119, 120}
     assert pol.fatal == expected
     assert pol.window_s == 7200 and pol.dedup_s == 60 and pol.since_boot
@@ -35,9 +36,9 @@ def test_policy_file_errors_are_clear(tmp_path):
     def bad(text: str, words: str) -> None:
         f = tmp_path / "p.toml"
         f.write_text(text)
-        xid._POLICY_CACHE.pop(str(f), None)
+        xid_policy._POLICY_CACHE.pop(str(f), None)
         with pytest.raises(ConfigError, match=words):
-            xid.load_policies(str(f))
+            xid_policy.load_policies(str(f))
 
     bad("[p]\nfatal = [79]\nwarn = [79]\n", "XID 79 is in both fatal and warn")
     bad("[p]\nfatal = ['80-70']\n", "bad XID or range '80-70'")
@@ -46,7 +47,7 @@ def test_policy_file_errors_are_clear(tmp_path):
     bad("[p]\nwindow_s = -1\n", "window_s: expected seconds >= 0")
     bad("[p\n", "invalid TOML")
     with pytest.raises(ConfigError, match="xid policy 'nope' not in"):
-        xid.policy("nope")
+        xid_policy.policy("nope")
 
 
 def test_site_policy_file_via_config(tmp_path):
@@ -55,7 +56,7 @@ def test_site_policy_file_via_config(tmp_path):
     f = tmp_path / "xid.toml"
     f.write_text("[strict]\nfatal = [13]\ndefault = 'fail'\nwindow_s = 60\n")
     cfg = config.from_dict({"xid": {"policy_file": str(f)}})
-    pol = xid.policy("strict", cfg.xid.policy_file)
+    pol = xid_policy.policy("strict", cfg.xid.policy_file)
     assert pol.action(13) == "fail" and pol.action(1) == "fail"
     with pytest.raises(ConfigError, match="bad XID"):
         g = tmp_path / "bad.toml"
@@ -110,7 +111,7 @@ def test_dedup_merges_bursts_and_double_reports():
 
 
 def test_verdict_window_boot_and_actions():
-    pol = xid.policy("default")
+    pol = xid_policy.policy("default")
     fatal = [XidEvent(79, NOW - 60, 3)]
     out = xid.verdict_xid(fatal, pol, NOW, BOOT)
     assert out.failed and out.detail == "79 gpu3 within 2h" and out.remediation == "reboot"
