@@ -5,6 +5,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from airlock.errors import ConfigError
+from airlock.profiles import check_names
+from airlock.profiles.xid_policy import load_policies
 from airlock.settings import choice, positive, setting
 
 # The memory test's patterns, in the order they run (checks/memtest.py implements them).
@@ -210,10 +213,7 @@ class XidSection:
         if not self.dmesg_timeout > 0:
             raise ValueError("dmesg_timeout: must be > 0")
         if self.policy_file:
-            # The policy file is parsed by its loader, where its format lives.
-            from airlock.profiles.xid_policy import load_policies
-
-            load_policies(self.policy_file)
+            load_policies(self.policy_file)  # parsed where the policy format lives
 
 
 @dataclass
@@ -240,11 +240,6 @@ class ProfileSection:
             raise ValueError("expected_gpus: must be -1 (from profile) or a count >= 0")
         if not self.slurm_timeout > 0:
             raise ValueError("slurm_timeout: must be > 0")
-        # Profile names are checked against the profile files by their loader, where the files'
-        # format lives; only validation needs it.
-        from airlock.errors import ConfigError
-        from airlock.profiles import check_names  # (a section must not import it at load)
-
         try:
             check_names(self)  # every site file too, so a typo in one is found at load
         except ConfigError as exc:
