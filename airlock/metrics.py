@@ -123,6 +123,12 @@ def controller_registry(status: dict[str, Any], recovery: dict[str, Any]):
                  ["node"], registry=reg)
     readable = Gauge("airlock_node_results_readable", "1 when the controller could read the "
                      "node's results (0: only the Slurm reason is known)", ["node"], registry=reg)
+    stuck = Gauge("airlock_node_stuck", "1 when the node looks stuck in its registration (its "
+                  "pending/checking claim older than suite_timeout + stuck_grace, no job)",
+                  ["node"], registry=reg)
+    errors = Gauge("airlock_node_errors", "Airlock's own errors recorded on the node (a hook "
+                   "that failed open on a proven boot, or closed on an unproven one)",
+                   ["node", "hook"], registry=reg)
     scraped = Gauge("airlock_controller_timestamp_seconds", "When this file was written",
                     registry=reg)
     states = list(STATES) + sorted({r["airlock"] for r in status["nodes"]} - set(STATES))
@@ -134,6 +140,9 @@ def controller_registry(status: dict[str, Any], recovery: dict[str, Any]):
         if r.get("duration_s") is not None:
             took.labels(r["node"]).set(r["duration_s"])
         readable.labels(r["node"]).set(0 if r.get("results_source") == "slurm" else 1)
+        stuck.labels(r["node"]).set(1 if r.get("stuck") else 0)
+        for hook in sorted(r.get("errors") or {}):
+            errors.labels(r["node"], hook).set(1)
     for s in states:
         nodes.labels(s).set(status["summary"].get(s, 0))
     scraped.set(status.get("generated_at", time.time()))
