@@ -97,7 +97,7 @@ def test_every_metric_is_documented():
            "checks": [{"check": "c", "verdict": "fail", "duration_s": 1.0, "attempts": 1,
                        "figures": {"x": 1}}]}
     row = {"node": "n", "airlock": "failed", "last_check_at": 1.0, "duration_s": 1.0,
-           "results_source": "shared"}
+           "results_source": "shared", "stuck": "", "errors": {"prolog": "fail open: x"}}
     regs = [metrics.node_registry("n", {"quick": run}),
             metrics.controller_registry(
                 {"nodes": [row], "summary": dict.fromkeys(status.STATES, 0),
