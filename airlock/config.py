@@ -186,11 +186,15 @@ def essentials(cfg: Config) -> dict[str, Any]:
 
 
 def _memory(path: str) -> str:
-    import hashlib
-
+    """One file per config path, named after it (no hashlib: loading OpenSSL for a file name
+    would cost the periodic hook a quarter of its memory)."""
     folder = os.environ.get(RUNTIME_ENV) or "/run/airlock"
-    digest = hashlib.sha256(os.path.abspath(path).encode()).hexdigest()[:16]
-    return os.path.join(folder, f"config-{digest}.json")
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", os.path.abspath(path).strip("/"))
+    if len(name) > 200:
+        import zlib  # rare: a path this long keeps its tail and a checksum of the whole
+
+        name = f"{zlib.crc32(name.encode()):08x}-{name[-180:]}"
+    return os.path.join(folder, f"config-{name}.json")
 
 
 def remember(cfg: Config) -> None:

@@ -1,7 +1,5 @@
 """Errors that reach an operator as one clear line, never as a traceback."""
 
-import traceback
-
 
 class AirlockError(Exception):
     """Base for every error Airlock reports to a person; str() is the whole message."""
@@ -34,6 +32,8 @@ class OwnError(AirlockError):
 def where(exc: BaseException) -> str:
     """file:line of the innermost frame in Airlock's own code (airlock/, checks/, hooks/), for
     a drain reason that must fit on one line."""
+    import traceback  # an error path: the hooks' pass path never loads it
+
     frames = traceback.extract_tb(exc.__traceback__)
     mine = ("/airlock/", "/checks/", "/hooks/")
     ours = [f for f in frames if any(d in f.filename.replace("\\", "/") for d in mine)]

@@ -17,10 +17,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from airlock import drains, metrics, reasons
+from airlock import reasons
 from airlock.checks.base import Outcome, Verdict, worst
 from airlock.results import ResultStore, new_run_id
-from airlock.slurm import DrainResult
 
 
 def summarize(node: str, level: str, trigger: str, records: list[dict[str, Any]],
@@ -56,7 +55,7 @@ class Finished:
     run: dict[str, Any]
     stored: bool = True  # the node-local copy was written
     problems: list[str] = field(default_factory=list)
-    drain: DrainResult | None = None
+    drain: Any = None  # airlock.slurm.DrainResult when a drain was asked for
 
     @property
     def failed(self) -> bool:
@@ -73,6 +72,8 @@ def finish_run(cfg, node: str, run: dict[str, Any], history: bool = True, slurm=
         done.stored = False
         done.problems.append(f"results not stored in {cfg.state_dir}: {exc.strerror or exc}")
     if slurm is not None and done.failed:
+        from airlock import drains  # the Slurm client: a passing hook run never loads it
+
         done.drain = drains.fail(slurm, node, failure_reason(run, reason_suffix))
     return done
 
@@ -92,6 +93,8 @@ def refresh_metrics(cfg, node: str, store: ResultStore | None = None) -> str:
     """Rewrite the node's Prometheus textfile when [metrics] textfile_dir is set ("" = done)."""
     if not cfg.metrics.textfile_dir:
         return ""
+    from airlock import metrics  # only when a textfile is configured
+
     try:
         metrics.write_node_textfile(cfg, node, (store or ResultStore(cfg, node)).latest_by_level())
     except Exception as exc:  # metrics must never cost a verdict

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from airlock.paths import atomic_write, node_dir, read_json, shared_node_dir
-from airlock.results import local_readable  # the same rule as for the node's results
 
 FILE = "errors.json"
 
@@ -69,15 +68,3 @@ def clear(state_dir: str, shared_dir: str, node: str, hook: str) -> None:
                 atomic_write(path, data)
         except (OSError, ValueError, TypeError):
             pass
-
-
-def read_node(cfg, node: str) -> dict[str, dict[str, Any]]:
-    """A node's recorded errors as the controller sees them: the shared copy when there is a
-    shared directory, else the node-local file when this host can see it."""
-
-    shared = shared_node_dir(cfg.shared_dir, node)
-    if shared is not None and (shared / FILE).exists():
-        return read(shared / FILE)
-    if local_readable(cfg, node):
-        return read(node_dir(cfg.state_dir, node) / FILE)
-    return {}

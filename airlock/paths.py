@@ -27,8 +27,6 @@ import errno
 import json
 import os
 import re
-import secrets
-import socket
 import stat
 from collections.abc import Sequence
 from pathlib import Path
@@ -133,7 +131,12 @@ def shared_node_dir(shared_dir: str, node: str) -> Path | None:
 def local_node_name() -> str:
     """The Slurm node name of this host: $SLURMD_NODENAME (set in every Slurm hook), else the
     short host name."""
-    return os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    name = os.environ.get("SLURMD_NODENAME")
+    if name:
+        return name
+    import socket  # a hook always has SLURMD_NODENAME: only other commands pay for socket
+
+    return socket.gethostname().split(".")[0]
 
 
 # --- the safe tree -------------------------------------------------------------------------
@@ -236,7 +239,7 @@ class SafeDir:
     def write_text(self, name: str, text: str, mode: int = 0o644) -> Path:
         """Atomically replace name (a link in its place is replaced, never followed)."""
         _check_component(name, self.path)
-        tmp = f".{name}.{secrets.token_hex(8)}.tmp"
+        tmp = f".{name}.{os.urandom(8).hex()}.tmp"  # O_EXCL below: unguessable and unique
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | os.O_CLOEXEC,
                      mode, dir_fd=self.fd)
         try:

@@ -9,11 +9,8 @@ with both figures, never a drain. What happens to the finished run is airlock.fi
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import os
-import signal
-import subprocess
 import sys
 import threading
 import time
@@ -50,21 +47,46 @@ def _error_outcome(name: str, exc: BaseException) -> Outcome:
     return failed(name, f"error {type(exc).__name__}: {exc}"[:160])
 
 
+class _CheckWorker:
+    """One daemon thread that runs in-process checks one at a time (a thread per check cost the
+    quick level more than its checks). A check that overruns its timeout strands the worker,
+    abandoned as a thread per check was before, and the next check gets a new one."""
+
+    def __init__(self) -> None:
+        self._job: tuple | None = None
+        self._ready = threading.Event()
+        threading.Thread(target=self._loop, name="checks", daemon=True).start()
+
+    def _loop(self) -> None:
+        while True:
+            self._ready.wait()
+            self._ready.clear()
+            spec, ctx, box, done = self._job
+            try:
+                box["out"] = _call_check(spec, ctx)
+            except BaseException as exc:  # becomes the check's verdict
+                box["out"] = _error_outcome(spec.name, exc)
+            done.set()
+
+    def run(self, spec: registry.CheckSpec, ctx: Context, timeout: float) -> Outcome | None:
+        box: dict[str, Any] = {}
+        done = threading.Event()
+        self._job = (spec, ctx, box, done)
+        self._ready.set()
+        return box["out"] if done.wait(timeout) else None
+
+
+_WORKER: _CheckWorker | None = None
+
+
 def run_in_thread(spec: registry.CheckSpec, ctx: Context, timeout: float) -> Outcome:
-    box: dict[str, Any] = {}
-
-    def work() -> None:
-        try:
-            box["out"] = _call_check(spec, ctx)
-        except BaseException as exc:  # becomes the check's verdict
-            box["out"] = _error_outcome(spec.name, exc)
-
-    t = threading.Thread(target=work, name=f"check-{spec.name}", daemon=True)
-    t.start()
-    t.join(timeout)
-    if t.is_alive():
+    global _WORKER
+    worker = _WORKER = _WORKER or _CheckWorker()
+    out = worker.run(spec, ctx, timeout)
+    if out is None:
+        _WORKER = None  # stuck in that check: never hand it another
         return failed(spec.name, f"timeout after {timeout:g}s")
-    return box["out"]
+    return out
 
 
 def _relay(stream, sink: list[str], check: str, progress: Progress | None) -> None:
@@ -80,6 +102,8 @@ def _relay(stream, sink: list[str], check: str, progress: Progress | None) -> No
 
 def run_isolated(spec: registry.CheckSpec, ctx: Context, timeout: float,
                  progress: Progress | None = None) -> Outcome:
+    import subprocess  # the quick level runs every check in a thread: no process to start
+
     argv = [sys.executable, "-m", "airlock.runner", "one", spec.name, "--node", ctx.node,
             "--level", ctx.level, "--attempt", str(ctx.attempt)]
     env = dict(os.environ)
@@ -120,7 +144,10 @@ def run_isolated(spec: registry.CheckSpec, ctx: Context, timeout: float,
     return failed(spec.name, f"died: {why}")
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def _kill_group(proc) -> None:
+    import signal  # (the same)
+    import subprocess
+
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -186,6 +213,8 @@ def _log(msg: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import argparse  # the `one` process only
+
     p = argparse.ArgumentParser(prog="python -m airlock.runner")
     sub = p.add_subparsers(dest="cmd", required=True)
     one = sub.add_parser("one", help="run one check, print its outcome")

@@ -14,10 +14,11 @@ from typing import Any
 
 from airlock import incidents, reasons
 from airlock.errors import ConfigError
+from airlock.paths import node_dir, shared_node_dir
 from airlock.recovery.machine import CLOSED, IN_FLIGHT, Obs, stuck_nodes
 from airlock.recovery.store import RecoveryStore
 from airlock.report import table
-from airlock.results import NodeResults, read_many
+from airlock.results import NodeResults, local_readable, read_many
 from airlock.slurm import Node, Slurm
 
 SCHEMA = 1
@@ -187,8 +188,16 @@ def _stuck_grace(cfg) -> float:
 
 
 def _errors(cfg, node: str) -> dict[str, dict[str, Any]]:
+    """A node's recorded own errors (airlock.incidents) as the controller sees them: the shared
+    copy when there is a shared directory, else the node-local file when this host can see it
+    (the same rule as for the node's results)."""
     try:
-        return incidents.read_node(cfg, node)
+        shared = shared_node_dir(cfg.shared_dir, node)
+        if shared is not None and (shared / incidents.FILE).exists():
+            return incidents.read(shared / incidents.FILE)
+        if local_readable(cfg, node):
+            return incidents.read(node_dir(cfg.state_dir, node) / incidents.FILE)
+        return {}
     except Exception:  # a broken errors file must not break status
         return {}
 

@@ -29,7 +29,6 @@ import errno
 import os
 import re
 import time
-from datetime import datetime
 from typing import Any, NamedTuple
 
 from airlock.boot import wall_start as boot_time
@@ -76,6 +75,8 @@ def line_time(line: str, now: float, boot: float) -> float | None:
         tz = m.group(3) or ""
         if tz and tz != "Z" and ":" not in tz:
             tz = tz[:3] + ":" + tz[3:]
+        from datetime import datetime  # only a syslog file has ISO stamps; kmsg never
+
         try:
             dt = datetime.fromisoformat(stamp + (tz.replace("Z", "+00:00")))
         except ValueError:

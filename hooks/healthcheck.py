@@ -22,8 +22,7 @@ import os
 import sys
 import time
 
-from airlock import drains, finish, nodestate
-from airlock.hooks import gate
+from airlock import finish, nodestate
 from airlock.hooks.common import Hook, guard
 
 
@@ -56,6 +55,8 @@ def retry_resume(hook: Hook) -> str:
     record = hook.proof.record
     if record.get("slurm_pending") != "resume":
         return ""
+    from airlock import drains  # the Slurm client: only this rare path needs it
+
     res = drains.release(hook.slurm(), hook.node)
     nodestate.NodeState(hook.cfg, hook.node).settle(record["run_id"])
     return f"; pending resume: {'resumed' if res.changed else res.why}"
@@ -68,6 +69,8 @@ def body(hook: Hook) -> tuple[int, str]:
     proof = hook.read_proof()
     if hook.proven():
         return 0, periodic(hook) + retry_resume(hook)
+    from airlock.hooks import gate  # the Slurm client and subprocess: never on the pass path
+
     if proof.state == nodestate.NONE:
         msg = gate.first_sight(hook, allow_adopt=True)
         if hook.read_proof_again().state == nodestate.ADOPTED:

@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 from airlock import finish
-from airlock.hooks import gate
 from airlock.hooks.common import Hook, guard
 from airlock.paths import atomic_write, node_dir
 
@@ -104,6 +103,8 @@ def run_prolog(hook: Hook) -> tuple[int, str]:
 def body(hook: Hook) -> tuple[int, str]:
     cfg = hook.load_config()
     if not hook.proven():
+        from airlock.hooks import gate  # the Slurm client and subprocess: never on the pass path
+
         proof = hook.read_proof()
         why = f" ({proof.why})" if proof.why else ""
         return 1, f"refused, this boot is not proven: {proof.state}{why}; {gate.lock(hook)}"
