@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 
 
-@dataclass(frozen=True)
-class Boot:
+class Boot(NamedTuple):
     node: str
     boot_id: str
     uptime: float  # seconds on CLOCK_BOOTTIME when read (time-namespace aware)

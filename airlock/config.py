@@ -16,19 +16,17 @@ closed (state_dir, log_dir, [slurm] conf and bin_dir), line by line if the TOML 
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import math
 import os
 import re
 import tomllib
-import types
-import typing
 from pathlib import Path
 from typing import Any
 
 from airlock.errors import ConfigError
 from airlock.paths import atomic_write, read_json
+from airlock.settings import Setting, is_section, settings_of
 
 DEFAULT_PATH = "/etc/airlock/airlock.toml"
 ENV_VAR = "AIRLOCK_CONFIG"
@@ -82,7 +80,7 @@ class Config:
                 self._raw[section] = {k: v for k, v in table.items() if k != key}
                 self.warnings.append(f"config {path}: [{section}] {key} is ignored ({why})")
         for key, (typ, default, _doc) in TOP_LEVEL.items():
-            value = _coerce(raw.get(key, default), typ, key, path)
+            value = _coerce(raw.get(key, default), typ.__name__, None, key, path)
             if key in PATH_KEYS:
                 _check_path(value, key, path, required=key != "shared_dir")
             setattr(self, key, value)
@@ -280,12 +278,12 @@ def _resolve(spec: str) -> type:
 def _build(cls: type, raw: Any, where: str, path: str) -> Any:
     if not isinstance(raw, dict):
         raise ConfigError(f"config {path}: [{where}] must be a table, got {type(raw).__name__}")
-    hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = set(raw) - names
+    known = {s.name: s for s in settings_of(cls)}
+    unknown = set(raw) - set(known)
     if unknown:
         raise ConfigError(f"config {path}: [{where}] unknown key '{sorted(unknown)[0]}'")
-    values = {k: _coerce(v, hints[k], f"[{where}] {k}", path) for k, v in raw.items()}
+    values = {k: _coerce(v, known[k].type, known[k], f"[{where}] {k}", path)
+              for k, v in raw.items()}
     obj = cls(**values)
     validate = getattr(obj, "validate", None)
     if validate:
@@ -296,54 +294,43 @@ def _build(cls: type, raw: Any, where: str, path: str) -> Any:
     return obj
 
 
-def _coerce(value: Any, typ: Any, key: str, path: str) -> Any:
-    origin = typing.get_origin(typ)
-    if dataclasses.is_dataclass(typ):
-        return _build(typ, value, key, path)
-    if origin in (typing.Union, types.UnionType):
-        args = typing.get_args(typ)
-        if value is None and type(None) in args:
-            return None
-        errors = []
-        for arg in args:
-            if arg is type(None):
-                continue
-            try:
-                return _coerce(value, arg, key, path)
-            except ConfigError as exc:
-                errors.append(str(exc))
-        raise ConfigError(errors[0])
-    if origin is list:
-        (item,) = typing.get_args(typ)
+def _coerce(value: Any, kind: str, owner: Setting | None, key: str, path: str) -> Any:
+    """value checked against a type as the annotation spells it: str, int, float, bool,
+    list[T], dict[str, T], or the name of a nested section class."""
+    kind = kind.strip()
+    if kind.startswith("list[") and kind.endswith("]"):
         if not isinstance(value, list):
             raise _type_error(key, "a list", value, path)
-        return [_coerce(v, item, f"{key}[{i}]", path) for i, v in enumerate(value)]
-    if origin is dict:
-        _, item = typing.get_args(typ)
+        return [_coerce(v, kind[5:-1], owner, f"{key}[{i}]", path) for i, v in enumerate(value)]
+    if kind.startswith("dict[") and kind.endswith("]"):
         if not isinstance(value, dict):
             raise _type_error(key, "a table", value, path)
-        return {str(k): _coerce(v, item, f"{key}.{k}", path) for k, v in value.items()}
-    if typ is Any:
-        return value
-    if typ is bool:
+        item = kind[5:-1].partition(",")[2]
+        return {str(k): _coerce(v, item, owner, f"{key}.{k}", path) for k, v in value.items()}
+    if kind == "bool":
         if not isinstance(value, bool):
             raise _type_error(key, "true or false", value, path)
         return value
-    if typ is int:
+    if kind == "int":
         if isinstance(value, bool) or not isinstance(value, int):
             raise _type_error(key, "an integer", value, path)
         return value
-    if typ is float:
+    if kind == "float":
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise _type_error(key, "a number", value, path)
         if not math.isfinite(value):
             raise ConfigError(f"config {path}: {key}: must be a finite number, got {value}")
         return float(value)
-    if typ is str:
+    if kind == "str":
         if not isinstance(value, str):
             raise _type_error(key, "a string", value, path)
         return value
-    raise ConfigError(f"config {path}: {key}: unsupported type {typ}")
+    if kind == "Any":
+        return value
+    nested = owner.resolve(kind) if owner is not None else None
+    if is_section(nested):
+        return _build(nested, value, key, path)
+    raise ConfigError(f"config {path}: {key}: unsupported type {kind}")
 
 
 def _type_error(key: str, expected: str, value: Any, path: str) -> ConfigError:

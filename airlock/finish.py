@@ -14,7 +14,6 @@ the on-demand node worker finish their runs here, with one error policy:
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 from airlock import reasons
@@ -50,12 +49,12 @@ def failure_reason(run: dict[str, Any], suffix: str = "") -> reasons.Reason:
     return reasons.failure(run["failed_check"] or "suite", detail)
 
 
-@dataclass
 class Finished:
-    run: dict[str, Any]
-    stored: bool = True  # the node-local copy was written
-    problems: list[str] = field(default_factory=list)
-    drain: Any = None  # airlock.slurm.DrainResult when a drain was asked for
+    def __init__(self, run: dict[str, Any]):
+        self.run = run
+        self.stored = True  # the node-local copy was written
+        self.problems: list[str] = []
+        self.drain: Any = None  # airlock.slurm.DrainResult when a drain was asked for
 
     @property
     def failed(self) -> bool:

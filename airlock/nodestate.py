@@ -19,9 +19,8 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from airlock import boot as boot_mod
 from airlock.paths import atomic_write, node_dir
@@ -48,8 +47,7 @@ _OPTIONAL: dict[str, tuple[type, ...]] = {
 }
 
 
-@dataclass(frozen=True)
-class Proof:
+class Proof(NamedTuple):
     state: str
     why: str = ""  # for NONE: why there is no usable record for this boot
     record: dict[str, Any] | None = None  # a valid record (possibly of another boot)

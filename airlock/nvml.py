@@ -21,13 +21,11 @@ read by airlock.checks.xid.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import threading
 import time
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from airlock.errors import AirlockError
 
@@ -40,18 +38,16 @@ class NvmlTimeout(NvmlError):
     pass
 
 
-@dataclass(frozen=True)
-class XidEvent:
+class XidEvent(NamedTuple):
     xid: int
     time: float  # epoch seconds
     gpu: int = -1
     source: str = "nvml"
 
 
-# eq=False on the two big records: nothing compares them, and the periodic hook would pay for
-# generating __eq__/__hash__ over 27 fields at every start.
-@dataclass(frozen=True, eq=False)
-class Gpu:
+# NamedTuples, not dataclasses: as immutable, and the periodic hook pays neither for importing
+# dataclasses nor for generating code over 27 fields at every start.
+class Gpu(NamedTuple):
     index: int
     name: str = ""
     uuid: str = ""
@@ -81,12 +77,11 @@ class Gpu:
     compute_pids: tuple[int, ...] = ()  # processes holding a CUDA context on this GPU
 
 
-@dataclass(frozen=True, eq=False)
-class Snapshot:
+class Snapshot(NamedTuple):
     source: str  # "nvml", "simulated" or "none"
     gpus: tuple[Gpu, ...] = ()
     driver_version: str = ""
-    gathered_at: float = field(default_factory=time.time)
+    gathered_at: float = 0.0  # epoch seconds; gather() stamps it
     duration_s: float = 0.0
     note: str = ""  # with source "none": why NVML is absent (no library, driver not loaded)
 
@@ -100,7 +95,7 @@ class Snapshot:
 
 
 # Fields the simulation file may set per GPU: exactly Gpu's fields (xids as a list of dicts).
-_GPU_FIELDS = set(Gpu.__dataclass_fields__)
+_GPU_FIELDS = set(Gpu._fields)
 
 
 def gpu_from_dict(data: dict[str, Any], index: int) -> Gpu:
@@ -356,7 +351,7 @@ def _with_xid_events(nv, gpus: list[Gpu]) -> list[Gpu]:
             pass
     if not found:
         return gpus
-    return [dataclasses.replace(g, xids=g.xids + tuple(found.get(g.index, ()))) for g in gpus]
+    return [g._replace(xids=g.xids + tuple(found.get(g.index, ()))) for g in gpus]
 
 
 def ctypes_addr(handle: Any) -> int:
@@ -493,4 +488,5 @@ def gather(backend, timeout: float) -> Snapshot:
             raise exc
         raise NvmlError(f"nvml error: {exc}")
     snap: Snapshot = box["snap"]
-    return dataclasses.replace(snap, duration_s=time.monotonic() - started)
+    return snap._replace(gathered_at=snap.gathered_at or time.time(),
+                         duration_s=time.monotonic() - started)

@@ -13,7 +13,7 @@ carries that prefix. The state word comes first after the prefix because `sinfo 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 PREFIX = "airlock:"
 STATES = ("pending", "checking", "FAIL", "recover")
@@ -29,8 +29,7 @@ _SPACES = re.compile(r"\s+")
 _CHECK_NAME = re.compile(r"^[A-Za-z0-9_.:-]+$")
 
 
-@dataclass(frozen=True)
-class Reason:
+class Reason(NamedTuple):
     state: str
     subject: str  # the level for pending/checking, the check for FAIL, the action for recover
     detail: str = ""

@@ -20,7 +20,7 @@ from airlock import config as config_mod
 from airlock.config import DEFAULT_PATH
 from airlock.errors import AirlockError
 from airlock.paths import atomic_write_text
-from airlock.settings import doc
+from airlock.settings import is_section, settings_of
 
 DEFAULT_BIN_DIR = "/usr/local/bin"
 SLURM_DEFAULTS: dict[str, Any] = {
@@ -125,20 +125,16 @@ def systemd_unit(airlock_bin: str = "", config: str = DEFAULT_PATH, **extra: Any
 def config_model() -> list[dict[str, Any]]:
     """Every config table with its keys, defaults and meanings (the fields' `doc` metadata),
     from the code itself."""
-    import dataclasses
 
 
     def table(name: str, cls: type) -> list[dict[str, Any]]:
         keys, subtables = [], []
-        for f in dataclasses.fields(cls):
-            if f.default is not dataclasses.MISSING:
-                default = f.default
-            else:
-                default = f.default_factory()
-            if dataclasses.is_dataclass(default):
+        for f in settings_of(cls):
+            default = f.initial()
+            if is_section(default):
                 subtables += table(f"{name}.{f.name}", type(default))
                 continue
-            keys.append({"key": f.name, "value": toml_value(default), "comment": doc(f)})
+            keys.append({"key": f.name, "value": toml_value(default), "comment": f.doc})
         return [{"name": name, "keys": keys, "doc": (cls.__doc__ or "").strip()
                  if not (cls.__doc__ or "").startswith(cls.__name__ + "(") else ""},
                 *subtables]

@@ -33,7 +33,6 @@ import math
 import os
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -223,13 +222,14 @@ def _history(d: SafeDir, limit: int, node: str | None) -> list[dict[str, Any]]:
 
 
 # --- the controller's view ---------------------------------------------------------------------
-@dataclass
 class NodeResults:
-    node: str
-    run: dict[str, Any] | None = None
-    source: str = "slurm"  # "shared", "local", or "slurm" (only the reason is known)
-    problem: str = ""  # why no run could be read ("" when one was)
-    history: list[dict[str, Any]] = field(default_factory=list)
+    def __init__(self, node: str, run: dict[str, Any] | None = None, source: str = "slurm",
+                 problem: str = "", history: list[dict[str, Any]] | None = None):
+        self.node = node
+        self.run = run
+        self.source = source  # "shared", "local", or "slurm" (only the reason is known)
+        self.problem = problem  # why no run could be read ("" when one was)
+        self.history: list[dict[str, Any]] = history or []
 
 
 def local_readable(cfg, node: str) -> bool:

@@ -54,7 +54,6 @@ KIB = 1024
 
 # --- steps that run in a process of their own (python bench/gpu_proof.py step NAME) ----------
 def step_snapshot(cfg_path: str) -> dict[str, Any]:
-    import dataclasses
 
     from airlock import config, nvml, profiles
 
@@ -63,7 +62,8 @@ def step_snapshot(cfg_path: str) -> dict[str, Any]:
     detected = profiles.detect(snap.models, snap.count, cfg.profile.dirs)
     return {"source": snap.source, "driver_version": snap.driver_version, "note": snap.note,
             "gather_ms": round(snap.duration_s * 1000, 1),
-            "gpus": [dataclasses.asdict(g) for g in snap.gpus],
+            "gpus": [{**g._asdict(), "xids": [x._asdict() for x in g.xids]}
+                     for g in snap.gpus],
             "pci_gpus": nvml.pci_gpus(cfg.system.sys_root),
             "detected_profile": detected.name}
 

@@ -6,7 +6,6 @@ data into an Outcome. Outcomes are frozen so a verdict cannot be edited after th
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
@@ -18,22 +17,50 @@ class Verdict(StrEnum):
     SKIP = "skip"  # not applicable here (e.g. no NVLink on this SKU)
 
 
-@dataclass(frozen=True)
 class Outcome:
-    check: str
-    verdict: Verdict
-    detail: str = ""  # short, goes into the drain reason on failure
-    figures: dict[str, Any] = field(default_factory=dict)
-    remediation: str = ""  # suggested action: "reboot", "replace", "" (policy decides)
+    """A check's verdict. Frozen (a verdict is not edited after the fact; the figures dict is
+    the check's own to fill), and a plain slotted class rather than a dataclass: every quick
+    check returns one in the HealthCheckProgram, which must not pay for importing dataclasses."""
+
+    __slots__ = ("check", "verdict", "detail", "figures", "remediation")
+
+    def __init__(self, check: str, verdict: Verdict, detail: str = "",
+                 figures: dict[str, Any] | None = None, remediation: str = ""):
+        set_ = object.__setattr__
+        set_(self, "check", check)
+        set_(self, "verdict", verdict)
+        set_(self, "detail", detail)  # short, goes into the drain reason on failure
+        set_(self, "figures", {} if figures is None else figures)
+        set_(self, "remediation", remediation)  # "reboot", "replace", "" (policy decides)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"Outcome is frozen: cannot set {name}")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Outcome) and self.to_dict() == other.to_dict()
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return (f"Outcome({self.check!r}, {self.verdict.value}, {self.detail!r}, "
+                f"{self.figures!r}, {self.remediation!r})")
 
     @property
     def failed(self) -> bool:
         return self.verdict is Verdict.FAIL
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["verdict"] = self.verdict.value
-        return d
+        return {"check": self.check, "verdict": self.verdict.value, "detail": self.detail,
+                "figures": _copy(self.figures), "remediation": self.remediation}
+
+
+def _copy(value: Any) -> Any:
+    """A deep copy of JSON-like figures (the record must not share them with the outcome)."""
+    if isinstance(value, dict):
+        return {k: _copy(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_copy(v) for v in value]
+    return value
 
 
 def passed(check: str, detail: str = "", **figures: Any) -> Outcome:

@@ -35,7 +35,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from airlock import profiles, protocol
@@ -483,8 +483,6 @@ def _cross_check(torch, runs: list[DeviceRun], results: dict[str, Any]) -> list[
 
 
 def _replace(run: DeviceRun, **changes: Any) -> DeviceRun:
-    from dataclasses import replace
-
     return replace(run, **changes)
 
 

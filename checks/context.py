@@ -3,22 +3,19 @@ and the SKU profile (gathered once per run, shared by every check)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from airlock import faults as faults_mod
 from airlock import nvml, profiles
 
 
-@dataclass
 class Context:
-    cfg: Any
-    node: str
-    level: str = "quick"
-    attempt: int = 1
-    faults: dict[str, str] = field(default_factory=dict)
-    _snapshot: nvml.Snapshot | None = None
-    _profile: profiles.Profile | None = None
+    def __init__(self, cfg: Any, node: str, level: str = "quick", attempt: int = 1,
+                 faults: dict[str, str] | None = None):
+        self.cfg, self.node, self.level, self.attempt = cfg, node, level, attempt
+        self.faults: dict[str, str] = dict(faults or {})
+        self._snapshot: nvml.Snapshot | None = None
+        self._profile: profiles.Profile | None = None
 
     @classmethod
     def create(cls, cfg: Any, node: str, level: str = "quick") -> Context:

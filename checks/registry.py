@@ -4,7 +4,7 @@ default timeout. Each function takes a Context and returns an Outcome."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from airlock.errors import ConfigError
 
@@ -13,8 +13,7 @@ ALL = (QUICK, STANDARD, DEEP)
 HEAVY = (STANDARD, DEEP)
 
 
-@dataclass(frozen=True)
-class CheckSpec:
+class CheckSpec(NamedTuple):
     name: str
     levels: tuple[str, ...]
     target: str  # "module:function"

@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import os
 import tempfile
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from airlock.checks.base import Outcome, failed, passed, skipped
 from airlock.settings.checks import SystemSection
 
 
 # --- RDMA ---------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class RdmaPort:
+class RdmaPort(NamedTuple):
     device: str
     port: str
     state: str  # "ACTIVE", "DOWN", "INIT", ...
@@ -94,8 +92,7 @@ def check_rdma(ctx) -> Outcome:
 
 
 # --- disk ---------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class DiskStat:
+class DiskStat(NamedTuple):
     path: str
     free_gib: float
     inodes_free_pct: float | None  # None when the filesystem has no inode count (e.g. btrfs)
@@ -136,8 +133,7 @@ def check_disk(ctx) -> Outcome:
 
 
 # --- mounts -------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class MountState:
+class MountState(NamedTuple):
     path: str
     mounted: bool
     read_only: bool = False

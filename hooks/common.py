@@ -20,8 +20,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from airlock import boot as boot_mod
 from airlock import config as config_mod
@@ -29,17 +28,17 @@ from airlock import faults, incidents, nodestate, paths
 from airlock.errors import ConfigError, OwnError, where
 
 
-@dataclass
 class Hook:
-    name: str  # healthcheck | prolog | epilog
-    node: str
-    job: str = ""
-    cfg: Any = None  # the loaded config, once it loaded
-    proof: nodestate.Proof | None = None  # what node.json says about this boot, once read
-    now: boot_mod.Boot | None = None
-    started: float = field(default_factory=time.monotonic)
-    _salvaged: dict[str, Any] | None = None
-    _slurm: Any = None
+    def __init__(self, name: str, node: str, job: str = ""):
+        self.name = name  # healthcheck | prolog | epilog
+        self.node = node
+        self.job = job
+        self.cfg: Any = None  # the loaded config, once it loaded
+        self.proof: nodestate.Proof | None = None  # what node.json says of this boot, once read
+        self.now: boot_mod.Boot | None = None
+        self.started = time.monotonic()
+        self._salvaged: dict[str, Any] | None = None
+        self._slurm: Any = None
 
     # --- config, or what can be salvaged of it --------------------------------------------
     def load_config(self) -> Any:
@@ -119,8 +118,7 @@ class Hook:
             pass
 
 
-@dataclass(frozen=True)
-class _Dirs:
+class _Dirs(NamedTuple):
     state_dir: str
 
 

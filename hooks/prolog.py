@@ -21,7 +21,6 @@ from __future__ import annotations
 import os
 import sys
 import time
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +44,7 @@ def gpu_snapshot(snap) -> dict[str, Any]:
             "ecc_volatile_uncorrected_sram": g.ecc_volatile_uncorrected_sram,
             "ecc_volatile_corrected": g.ecc_volatile_corrected,
             "remap_uncorrectable_rows": g.remap_uncorrectable_rows,
-            "xids": [asdict(x) for x in g.xids],
+            "xids": [x._asdict() for x in g.xids],
         })
     return {"source": snap.source, "gathered_at": snap.gathered_at, "gpus": gpus}
 

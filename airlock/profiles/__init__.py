@@ -29,8 +29,7 @@ from __future__ import annotations
 import copy
 import os
 import tomllib
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from airlock.errors import AirlockError, ConfigError
 from airlock.nvml import pci_gpus
@@ -74,17 +73,16 @@ SCHEMA: dict[str, tuple[str, Any, str]] = {
 }
 
 
-@dataclass(frozen=True)
-class Profile:
+class Profile(NamedTuple):
     name: str
     models: tuple[str, ...] = ()
     gpus: int = 0
     memory_mib: int = 0
-    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+    extra: dict[str, Any] | None = None  # every other SCHEMA key; read through get()
     origin: str = ""
 
     def get(self, key: str, default: Any = None) -> Any:
-        value = self.extra.get(key)
+        value = (self.extra or {}).get(key)
         return default if value is None else value
 
 

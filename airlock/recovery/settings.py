@@ -8,17 +8,15 @@ from __future__ import annotations
 
 import ipaddress
 import math
-from dataclasses import dataclass
 from urllib.parse import urlparse
 
-from airlock.settings import setting
+from airlock.settings import Section, setting
 
 PROVIDERS = ("http", "command", "aws-hyperpod", "hyperpod-slurm", "slurm-power", "none")
 REBOOT_VIA = ("slurm", "provider")
 
 
-@dataclass
-class HttpSettings:
+class HttpSettings(Section):
     url: str = setting("", 'base URL of the REST service, see docs/recovery-http.md')
     token_file: str = setting(
         "",
@@ -71,8 +69,7 @@ def _loopback(host: str) -> bool:
         return False
 
 
-@dataclass
-class CommandSettings:
+class CommandSettings(Section):
     path: str = setting("", 'an executable: `path reboot|replace|status NODE --request-id ID`')
     timeout: float = setting(120.0, 'seconds for one call of the command')
 
@@ -81,8 +78,7 @@ class CommandSettings:
             raise ValueError("command.timeout: must be > 0")
 
 
-@dataclass
-class HyperpodSettings:
+class HyperpodSettings(Section):
     cluster: str = setting("", 'HyperPod cluster name or ARN')
     region: str = setting("", '"" = boto3\'s default chain')
     node_ids: dict[str, str] = setting(
@@ -90,8 +86,7 @@ class HyperpodSettings:
         doc='Slurm node name -> HyperPod instance id, for names the cluster API cannot map itself.')
 
 
-@dataclass
-class RecoverySection:
+class RecoverySection(Section):
     enabled: bool = setting(True, '`airlock recover` acts at all (false: it only watches)')
     provider: str = setting(
         "none",

@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
 from airlock.errors import ConfigError
 from airlock.profiles import check_names
 from airlock.profiles.xid_policy import load_policies
-from airlock.settings import choice, positive, setting
+from airlock.settings import Section, choice, positive, setting
 
 # The memory test's patterns, in the order they run (checks/memtest.py implements them).
 MEMTEST_PATTERNS = ("walking_ones", "random", "address")
 
 
-@dataclass
-class BurninSection:
+class BurninSection(Section):
     """[burnin]: verified GEMMs on every local device at once (see checks/burnin.py)."""
     dtypes: list[str] = setting(
         factory=lambda: ["bf16", "fp16", "tf32", "fp32"],
@@ -68,8 +66,7 @@ class BurninSection:
                 raise ValueError(f"{key}: must be between 0 and 1, got {getattr(self, key)}")
 
 
-@dataclass
-class MemtestSection:
+class MemtestSection(Section):
     """[memtest]: see checks/memtest.py."""
     share: float = setting(0.5, "GPU: share of each device's free memory tested at level standard")
     deep_share: float = setting(0.9, '... at level deep')
@@ -106,8 +103,7 @@ class MemtestSection:
             raise ValueError(f"timeout: must be > 0, got {self.timeout}")
 
 
-@dataclass
-class AllreduceSection:
+class AllreduceSection(Section):
     """[allreduce]: see checks/allreduce.py and airlock/dist.py."""
     sizes_kib: list[int] = setting(
         factory=lambda: [1024, 16384, 262144, 1048576],
@@ -158,8 +154,7 @@ class AllreduceSection:
             raise ValueError(f"timeout: must be > 0, got {self.timeout}")
 
 
-@dataclass
-class SystemSection:
+class SystemSection(Section):
     sys_root: str = setting("/sys", 'where /sys is read (tests point it at a fixture tree)')
     proc_root: str = setting("/proc", 'where /proc is read')
     rdma_ports: int = setting(
@@ -191,8 +186,7 @@ class SystemSection:
                     raise ValueError(f"{key}: {p!r} is not an absolute path")
 
 
-@dataclass
-class XidSection:
+class XidSection(Section):
     kernel_log: str = setting(
         "dmesg",
         'where XIDs are read, from the kernel only: "dmesg" (the ring buffer: /dev/kmsg read '
@@ -216,8 +210,7 @@ class XidSection:
             load_policies(self.policy_file)  # parsed where the policy format lives
 
 
-@dataclass
-class ProfileSection:
+class ProfileSection(Section):
     name: str = setting("", '"" = by_* tables, else detected GPU model and count')
     expected_gpus: int = setting(-1, '-1 = from the profile')
     dirs: list[str] = setting(factory=list, doc='site profile directories')

@@ -3,15 +3,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from airlock.settings import LEVELS, choice, in_range, positive, setting
+from airlock.settings import LEVELS, Section, choice, in_range, positive, setting
 
 ADOPT = ("when-idle", "next-reboot")
 
 
-@dataclass
-class SlurmSection:
+class SlurmSection(Section):
     bin_dir: str = setting("", 'where scontrol/sinfo live; "" = $PATH then the usual places')
     conf: str = setting("", 'exported as SLURM_CONF to every Slurm command when set')
     timeout: float = setting(15.0, 'seconds for one scontrol/sinfo call')
@@ -20,8 +17,7 @@ class SlurmSection:
         positive(self.timeout, "timeout")
 
 
-@dataclass
-class RegistrationSection:
+class RegistrationSection(Section):
     enabled: bool = setting(
         True,
         'quarantine new and rebooted nodes at slurmd start until their registration suite passes')
@@ -53,8 +49,7 @@ class RegistrationSection:
             raise ValueError("group_window: must be >= 0 (0 = off)")
 
 
-@dataclass
-class HealthcheckSection:
+class HealthcheckSection(Section):
     level: str = setting(
         "quick",
         'level of the periodic HealthCheckProgram run; only quick (never torch)')
@@ -67,8 +62,7 @@ class HealthcheckSection:
             raise ValueError("budget: must stay below Slurm's 60 s HealthCheckProgram kill")
 
 
-@dataclass
-class NvmlSection:
+class NvmlSection(Section):
     simulate: str = setting(
         "",
         'A JSON file describing simulated GPUs per node (tests, demos). "" = real NVML.')
@@ -78,8 +72,7 @@ class NvmlSection:
         positive(self.timeout, "timeout")
 
 
-@dataclass
-class CheckDefaults:
+class CheckDefaults(Section):
     timeout: float = setting(300.0, 'per check, seconds')
     confirm_runs: int = setting(1, 're-runs of a failing check before it counts as a failure')
 
@@ -89,8 +82,7 @@ class CheckDefaults:
             raise ValueError("confirm_runs: must be >= 0")
 
 
-@dataclass
-class PrologSection:
+class PrologSection(Section):
     enabled: bool = setting(True, 'run the quick level before every job')
     budget: float = setting(
         10.0,
@@ -103,8 +95,7 @@ class PrologSection:
             raise ValueError(f"budget: must be > 0, got {self.budget}")
 
 
-@dataclass
-class EpilogSection:
+class EpilogSection(Section):
     enabled: bool = setting(True, "check the job's GPUs after every job")
     process_grace: float = setting(
         5.0,
@@ -126,8 +117,7 @@ class EpilogSection:
             raise ValueError(f"memory_used_max_mib: must be >= 0, got {self.memory_used_max_mib}")
 
 
-@dataclass
-class MetricsSection:
+class MetricsSection(Section):
     textfile_dir: str = setting(
         "",
         'node_exporter\'s --collector.textfile.directory; "" = no textfile is written. May hold '

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
-from airlock.settings import setting
+from airlock.settings import Section, setting
 
 
-@dataclass
-class OndemandSection:
+class OndemandSection(Section):
     reservation: str = setting(
         "airlock_ondemand",
         'name of the maintenance reservation that isolates on-demand targets')

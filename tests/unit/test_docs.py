@@ -4,7 +4,6 @@ docs/status-schema.md; the example config covers every key with its default."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 import tomllib
@@ -12,6 +11,7 @@ from pathlib import Path
 
 from airlock import config as config_mod
 from airlock import render
+from airlock.settings import is_section, settings_of
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 
@@ -22,9 +22,9 @@ def code_keys() -> dict[str, set[str]]:
 
     def walk(name: str, cls: type) -> None:
         out[name] = set()
-        for f in dataclasses.fields(cls):
-            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-            if dataclasses.is_dataclass(default):
+        for f in settings_of(cls):
+            default = f.initial()
+            if is_section(default):
                 walk(f"{name}.{f.name}", type(default))
             else:
                 out[name].add(f.name)

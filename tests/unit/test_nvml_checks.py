@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import replace
 
 import pytest
 
@@ -23,7 +22,7 @@ def gpus(n: int = 8, **change) -> list[Gpu]:
 
 
 def with_gpu(gs: list[Gpu], index: int, **change) -> list[Gpu]:
-    return [replace(g, **change) if g.index == index else g for g in gs]
+    return [g._replace(**change) if g.index == index else g for g in gs]
 
 
 # --- verdicts ----------------------------------------------------------------------------------
