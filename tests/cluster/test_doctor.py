@@ -4,17 +4,15 @@ by item."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 
 from airlock import doctor, render
 from airlock.dev.cluster import DevCluster
-from tests.cluster.conftest import require_slurm
+from tests.cluster.conftest import running_cluster
 
 HOOK_KEYS = ("HealthCheckProgram", "HealthCheckInterval", "HealthCheckNodeState", "Prolog",
              "Epilog", "PrologEpilogTimeout")
@@ -36,19 +34,10 @@ class IncludedCluster(DevCluster):
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    require_slurm()
-    root = tempfile.mkdtemp(prefix="alc-", dir="/tmp")
-    c = IncludedCluster(root, nodes=["node1"], airlock={"registration": {"level": "quick"}})
-    try:
-        c.start(wait=True)
+def cluster(slurm_variant):
+    with running_cluster(slurm_variant, IncludedCluster, wait=True, nodes=["node1"],
+                         airlock={"registration": {"level": "quick"}}) as c:
         yield c
-    finally:
-        c.stop()
-        left = c.leftovers()
-        if not left:
-            shutil.rmtree(root, ignore_errors=True)
-        assert not left, f"processes left running after stop: {left}"
 
 
 def _doctor(c: DevCluster, *args: str, config: Path | None = None) -> tuple[int, dict[str, str]]:

@@ -5,15 +5,13 @@ its GPU."""
 from __future__ import annotations
 
 import os
-import shutil
 import signal
-import tempfile
 import time
 
 import pytest
 
-from airlock.dev.cluster import DevCluster, healthy_gpus
-from tests.cluster.conftest import require_slurm
+from airlock.dev.cluster import healthy_gpus
+from tests.cluster.conftest import running_cluster
 
 # --- pure verdicts ----------------------------------------------------------------------------
 
@@ -22,21 +20,11 @@ from tests.cluster.conftest import require_slurm
 
 
 @pytest.fixture(scope="module")
-def cluster():
+def cluster(slurm_variant):
     """One cluster for the file (the machine's two cores are shared); stopped by PID after."""
-    require_slurm()
-    root = tempfile.mkdtemp(prefix="alc-", dir="/tmp")
-    c = DevCluster(root, nodes=["node1", "node2"], health_interval=3600,
-                   airlock={"registration": {"level": "quick"}})
-    try:
-        c.start(wait=False)
+    with running_cluster(slurm_variant, nodes=["node1", "node2"], health_interval=3600,
+                         airlock={"registration": {"level": "quick"}}) as c:
         yield c
-    finally:
-        c.stop()
-        left = c.leftovers()
-        if not left:
-            shutil.rmtree(root, ignore_errors=True)
-        assert not left, f"processes left running after stop: {left}"
 
 
 def _wait_idle(c, names, timeout=45):
