@@ -330,7 +330,9 @@ class Slurm:
             env["SLURM_CONF"] = self.conf
         return env
 
-    def run(self, tool: str, args: Sequence[str], timeout: float | None = None) -> str:
+    def _exec(self, tool: str, args: Sequence[str],
+              timeout: float | None = None) -> tuple[int, str, str]:
+        """(exit status, stdout, stderr), or SlurmError when it cannot run or times out."""
         argv = [self.binary(tool), *args]
         limit = timeout or self.timeout
         try:
@@ -342,10 +344,14 @@ class Slurm:
             raise SlurmError(f"{tool}: cannot run: {exc.strerror}") from None
         # Decoded here, not by text=True: a reason is whatever bytes someone typed (not UTF-8,
         # a carriage return), and must neither raise nor become a line break.
-        stdout = proc.stdout.decode("utf-8", "replace")
-        if proc.returncode != 0:
-            msg = (proc.stderr.decode("utf-8", "replace") or stdout).strip().splitlines()
-            detail = msg[-1] if msg else f"exit {proc.returncode}"
+        return (proc.returncode, proc.stdout.decode("utf-8", "replace"),
+                proc.stderr.decode("utf-8", "replace"))
+
+    def run(self, tool: str, args: Sequence[str], timeout: float | None = None) -> str:
+        rc, stdout, stderr = self._exec(tool, args, timeout)
+        if rc != 0:
+            msg = (stderr or stdout).strip().splitlines()
+            detail = msg[-1] if msg else f"exit {rc}"
             if "Invalid node name" in detail or "not found" in detail.lower():
                 raise NodeNotFound(f"{tool}: {detail}")
             raise SlurmError(f"{tool} {' '.join(args[:2])}: {detail}")
@@ -361,14 +367,11 @@ class Slurm:
         key = (self.binary("scontrol"), self.conf or os.environ.get("SLURM_CONF", ""))
         known = _JSON_SUPPORT.get(key)
         if known is None:
-            try:
-                self.scontrol("--json", "--version")
-                known = True
-            except SlurmError as exc:
-                if not _UNKNOWN_OPTION.search(str(exc)):
-                    raise
-                known = False
-            _JSON_SUPPORT[key] = known
+            rc, _out, err = self._exec("scontrol", ["--json", "--version"])
+            if rc != 0 and not _UNKNOWN_OPTION.search(err):
+                last = (err.strip().splitlines() or [f"exit {rc}"])[-1]
+                raise SlurmError(f"scontrol --json --version: {last}")
+            known = _JSON_SUPPORT[key] = rc == 0
         return known
 
     def nodes(self, names: str | Iterable[str] | None = None,

@@ -161,7 +161,8 @@ class DevCluster:
         self.health_interval = health_interval
         self.airlock_extra = airlock or {}
         # {"healthcheck"|"prolog"|"epilog": shell script} replacing Airlock's hook, to see
-        # Slurm's own behaviour (the Slurm-version tests, tests/data/record.py)
+        # Slurm's own behaviour (the Slurm-version tests, tests/data/record.py); @ROOT@ in it
+        # becomes the cluster's root (Slurm gives a hook no environment to find it by)
         self.hooks = dict(hooks or {})
         self.partitions = partitions or {}
         self.features = features or {}
@@ -263,7 +264,7 @@ class DevCluster:
         ):
             script = self.root / "bin" / name
             if name in self.hooks:
-                script.write_text(self.hooks[name])
+                script.write_text(self.hooks[name].replace("@ROOT@", str(self.root)))
                 script.chmod(0o755)
                 continue
             extra = f" {name}-program" if target == "airlock.dev.cluster" else ""

@@ -90,7 +90,7 @@ def polls(db) -> int:
 
 def healthy_and_free(cluster, db, node):
     n = cluster.node(node)
-    return case_state(db, node) == "healthy" and not n.drained and not n.reason \
+    return case_state(db, node) == "healthy" and not n.drained and not n.reason_in_force \
         and n.state == "IDLE"
 
 

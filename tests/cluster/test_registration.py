@@ -19,7 +19,8 @@ def wait_done(cluster, name, timeout=120):
     def done():
         rec = NodeState(cfg, name).load() or {}
         n = cluster.node(name)
-        return rec.get("status") == "done" and not n.reason.startswith("airlock: pending") \
+        return rec.get("status") == "done" \
+            and not n.reason_in_force.startswith("airlock: pending") \
             and "NOT_RESPONDING" not in n.flags and n
     return cluster.wait(done, timeout, f"{name} registration verdict")
 
@@ -43,10 +44,10 @@ def test_new_node_takes_no_job_before_its_checks_pass(cluster_factory):
     while time.monotonic() < deadline:
         n = c.node("node2")
         states = [c.job(j)["JobState"] for j in jobs]
-        if n.reason.startswith("airlock: pending"):
+        if n.reason_in_force.startswith("airlock: pending"):
             seen_pending = True
             assert "RUNNING" not in states and "COMPLETED" not in states, (n, states)
-        if resumed_at is None and n.state == "IDLE" and not n.drained and not n.reason \
+        if resumed_at is None and n.state == "IDLE" and not n.drained and not n.reason_in_force \
                 and n.responding and seen_pending:
             resumed_at = time.monotonic() - t0
         if all(s == "COMPLETED" for s in states):
@@ -134,7 +135,7 @@ def test_suite_killed_without_verdict_is_failed_by_the_next_hook(cluster_factory
     pid = int(rec["pid"])
     assert pid_alive(pid)
     os.killpg(pid, signal.SIGKILL)
-    n = c.wait(lambda: (m := c.node("node1")).reason.startswith("airlock: FAIL") and m, 30,
+    n = c.wait(lambda: (m := c.node("node1")).reason_in_force.startswith("airlock: FAIL") and m, 30,
                "hook notices the dead suite")
     assert n.reason == "airlock: FAIL registration suite died without a verdict"
 

@@ -36,9 +36,9 @@ def cluster(slurm_variant):
 
 def _settled(c: DevCluster) -> bool:
     nodes = {n.name: n for n in c.slurm.nodes()}
-    return (all(nodes[n].state == "IDLE" and not nodes[n].reason and not nodes[n].flags
+    return (all(nodes[n].state == "IDLE" and not nodes[n].reason_in_force and not nodes[n].flags
                 and nodes[n].slurmd_start_time for n in ("node1", "node2"))
-            and nodes["node3"].reason.startswith("airlock: FAIL")
+            and nodes["node3"].reason_in_force.startswith("airlock: FAIL")
             and "NOT_RESPONDING" not in nodes["node3"].flags)
 
 
