@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds (once) the Debian 13 "trixie" chroot in which the dev cluster runs Slurm 24.11:
 # debootstrap --variant=minbase, then slurmctld, slurmd, slurm-client and munge from trixie,
-# plus libffi8 so that the host's Python (bind-mounted in by airlock.dev.cluster) runs there.
+# plus what the host's Python (bind-mounted in by airlock.dev.cluster) needs to run there:
+# libffi8 (ctypes; any Python build), libexpat1 (Debian 12's python3.11 itself links it).
 #
 #   bash scripts/slurm-chroot.sh          # build if missing or stale; print the chroot's path
 #   bash scripts/slurm-chroot.sh --check  # exit 0 if it is built and current, 1 if not
@@ -21,9 +22,9 @@ ROOT=${AIRLOCK_CHROOT:-/var/cache/airlock/trixie}
 STAMP=$ROOT.stamp
 LOCK=$ROOT.lock
 SUITE=trixie
-PACKAGES="slurmctld slurmd slurm-client munge libffi8 util-linux mount"
+PACKAGES="slurmctld slurmd slurm-client munge libffi8 libexpat1 util-linux mount"
 # Bump the last field when the build steps change: every machine then rebuilds once.
-RECIPE="suite=$SUITE variant=minbase packages=$PACKAGES recipe=1"
+RECIPE="suite=$SUITE variant=minbase packages=$PACKAGES recipe=2"
 
 die() { echo "slurm-chroot: $*" >&2; exit 1; }
 current() { [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$RECIPE" ] && [ -x "$ROOT/usr/sbin/slurmctld" ]; }
