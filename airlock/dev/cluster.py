@@ -121,11 +121,10 @@ def python_paths() -> list[str]:
 
     project = str(Path(airlock.__file__).resolve().parents[1])
     if os.path.realpath(sys.base_prefix) not in _SYSTEM_DIRS:
-        cands = [sys.base_prefix, sys.prefix, project]
-    else:  # Debian's python3: its files, not /usr
-        cands = [os.path.realpath(sys.executable), project,
-                 *(p for p in sys.path if p and os.path.isdir(p))]
-    cands = [os.path.realpath(c) for c in cands]
+        cands = [os.path.realpath(p) for p in (sys.base_prefix, sys.prefix, project)]
+    else:  # Debian's python3: its files, not /usr; the hooks exec sys.executable by its name
+        cands = [os.path.abspath(sys.executable), os.path.realpath(sys.executable), project,
+                 *(os.path.realpath(p) for p in sys.path if p and os.path.isdir(p))]
     return [p for p in _minimal(cands)
             if p not in _SYSTEM_DIRS and not p.startswith("/tmp/") and os.path.exists(p)]
 
