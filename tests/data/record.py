@@ -1,7 +1,7 @@
-"""Record what a real Slurm prints about nodes, for the parser tests (tests/unit/test_slurm_parse.py).
+"""Record what a real Slurm prints about nodes, for tests/unit/test_slurm_parse.py.
 
-    python tests/data/record.py 22.05      # the host's Slurm, into tests/data/22.05/
-    python tests/data/record.py 24.11      # the chroot's (scripts/slurm-chroot.sh), tests/data/24.11/
+    python tests/data/record.py 22.05   # the host's Slurm, into tests/data/22.05/
+    python tests/data/record.py 24.11   # the chroot's (scripts/slurm-chroot.sh), tests/data/24.11/
 
 A dev cluster with plain hooks (exit 0: Slurm's own behaviour, not Airlock's) is put into every
 state the parsers must read, then each reader's output is saved as Slurm printed it, with TZ=UTC
