@@ -8,6 +8,7 @@ when any item FAILs, else 0.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -60,16 +61,27 @@ def _hook_is_airlocks(path: str, entry: str, module: str) -> bool:
     return module.encode() in head or entry.encode() in head
 
 
+def hook_paths(conf: dict[str, str], key: str) -> list[str]:
+    """Every program configured for a hook: 22.05 prints `Prolog = a`, 23.11+ prints one
+    `Prolog[N] = a` per configured program and leaves an unset one out."""
+    pattern = re.compile(re.escape(key) + r"\[(\d+)\]")
+    indexed = sorted((int(m.group(1)), v) for k, v in conf.items()
+                     if (m := pattern.fullmatch(k)))
+    values = [conf.get(key, "")] + [v for _, v in indexed]
+    return [p.strip() for v in values if v not in ("", "(null)") for p in v.split(",")
+            if p.strip()]
+
+
 def check_hooks(conf: dict[str, str]) -> list[Item]:
     """slurm.conf carries Airlock's hooks, and each one is an executable file here."""
     items = []
     for key, entry, module in HOOKS:
-        value = conf.get(key, "")
-        if value in ("", "(null)"):
+        paths = hook_paths(conf, key)
+        value = ",".join(paths)
+        if not paths:
             items.append(Item(FAIL, key, "not set in slurm.conf (see `airlock render "
                                          "slurm-conf`)"))
             continue
-        paths = [p for p in value.split(",") if p]
         ours = [p for p in paths if _hook_is_airlocks(p, entry, module)]
         if not ours:
             items.append(Item(FAIL, key, f"{value} is not Airlock's {entry}"))
@@ -82,6 +94,20 @@ def check_hooks(conf: dict[str, str]) -> list[Item]:
         else:
             items.append(Item(OK, key, path))
     return items
+
+
+def check_version(conf: dict[str, str]) -> list[Item]:
+    """The running Slurm's version, and whether CI tests Airlock against that release."""
+    from airlock.slurm import TESTED_VERSIONS
+
+    version = conf.get("SLURM_VERSION", "").strip()
+    release = ".".join(version.split(".")[:2])
+    if not version:
+        return [Item(WARN, "Slurm version", "not in `scontrol show config`")]
+    if release in TESTED_VERSIONS:
+        return [Item(OK, "Slurm version", f"{version} (tested in CI)")]
+    return [Item(WARN, "Slurm version", f"{version}: never tested in CI (tested: "
+                 f"{', '.join(TESTED_VERSIONS)}); see docs/guide.md, Supported Slurm")]
 
 
 def check_interval(conf: dict[str, str], budget: float) -> list[Item]:
@@ -284,6 +310,7 @@ def run(config_path: str | None, node: str, torch_check: bool = True) -> list[It
         items.append(Item(FAIL, "scontrol ping", str(exc)))
         conf = None
     if conf is not None:
+        items += check_version(conf)
         items += check_hooks(conf)
         items += check_scheduler(conf)
         budget = cfg.healthcheck.budget if cfg is not None else 30.0

@@ -29,7 +29,9 @@ STATES = ("healthy", "quarantined", "failed", "recovering", "drained-other", "do
 
 
 def classify(node: Node) -> str:
-    parsed = reasons.parse(node.reason)
+    # Only the reason in force counts: a node in service that kept an old reason (23.11+
+    # without an accounting plugin keeps it after a resume) is healthy, not failed.
+    parsed = reasons.parse(node.reason_in_force)
     if parsed is None:
         if node.state == "FUTURE":
             return "future"
@@ -133,7 +135,7 @@ def stuck(node: Node, limit_s: float, now: float | None = None) -> str:
 def node_status(node: Node, res: NodeResults, recovery: str = "", stuck_why: str = "",
                 errors: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     run = res.run or {}
-    parsed = reasons.parse(node.reason)
+    parsed = reasons.parse(node.reason_in_force)
     state = classify(node)
     # The reason in force is what drained the node; the last run may be a later periodic pass.
     if parsed is not None and parsed.is_failure:
@@ -146,7 +148,8 @@ def node_status(node: Node, res: NodeResults, recovery: str = "", stuck_why: str
         "node": node.name,
         "slurm_state": node.state_text,
         "reason": node.reason,
-        "reason_owner": "airlock" if parsed else ("other" if node.reason else ""),
+        "reason_owner": "airlock" if reasons.is_owned(node.reason) else (
+            "other" if node.reason else ""),
         "airlock": state,
         "verdict": run.get("verdict"),
         "failed_check": failed_check,
@@ -223,7 +226,9 @@ def render(data: dict[str, Any]) -> str:
     rows = []
     for r in data["nodes"]:
         check = r["failed_check"] or ""
-        detail = r["detail"] or ("" if r["reason_owner"] == "airlock" else r["reason"])
+        # a foreign reason explains the state only while the node is out of service
+        foreign = r["reason_owner"] == "other" and r["airlock"] != "healthy"
+        detail = r["detail"] or (r["reason"] if foreign else "")
         rows.append((r["node"], r["slurm_state"], r["airlock"], check, detail[:60],
                      _when(r["last_check_at"]), _took(r["duration_s"]), r["recovery"]))
     out = [table(("node", "slurm", "airlock", "check", "detail", "last check", "took",

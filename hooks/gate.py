@@ -145,7 +145,7 @@ def settle_failed(hook: Hook) -> str:
     slurm = hook.slurm()
     current = slurm.node(hook.node)
     detail = record.get("detail") or record.get("error") or "failed"
-    if record.get("slurm_pending") == "fail" or not current.drained and not current.reason:
+    if record.get("slurm_pending") == "fail":
         # The suite could not set its verdict (no controller then): set it now.
         res = drains.fail(slurm, hook.node, _failure_of(record))
         nodestate.NodeState(hook.cfg, hook.node).settle(record["run_id"])

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up a fresh Debian 12 machine (as root) to run Airlock, its demo and its tests:
-# Slurm 22.05 and munge from Debian, the CPU build of torch, then Airlock with its test extras.
+# Slurm 22.05 and munge from Debian, Slurm 24.11 in a Debian 13 chroot beside it (built once,
+# cached in /var/cache/airlock), the CPU build of torch, then Airlock with its test extras.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,6 +14,9 @@ if [ "${#need[@]}" -gt 0 ]; then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends slurmctld slurmd slurm-client munge >/dev/null
 fi
+
+# The cluster tests run on both Slurm versions: 24.11's chroot (milliseconds when cached).
+bash scripts/slurm-chroot.sh >/dev/null
 
 PY=${PYTHON:-python3}
 # torch first and pinned: an unpinned torch would pull a multi-GB CUDA build.

@@ -6,6 +6,23 @@ touches /etc. Every process started here carries AIRLOCK_DEVCLUSTER=<root> in it
 which is how stop() finds and kills leftovers (slurmstepd outlives a killed slurmd, and so do
 Airlock's detached suites) without touching anything else on the machine.
 
+Two Slurm versions: "22.05" runs the host's Debian 12 packages; "24.11" runs Debian 13's inside
+the chroot scripts/slurm-chroot.sh builds (shared by every cluster, so never written to). A 24.11
+cluster gets its own mount namespace, held by one small process: the chroot is mounted there as
+an overlay (writes go to a tmpfs), with /proc, /sys, /dev, the host's /tmp, the cluster's root,
+the host's Python and the project tree bound in at the same paths, so slurm.conf, airlock.toml,
+the hooks (the host's Airlock, started by the 24.11 slurmd) and the tests need no translation.
+None of these mounts is visible on the host and all of them end with the cluster's processes.
+Client commands reach the 24.11 controller through wrappers in <root>/slurm-bin (Airlock's
+[slurm] bin_dir): from the host they enter the namespace and the chroot, inside it they are the
+real binaries. `accounting=True` (24.11 only) sets AccountingStorageType=accounting_storage/
+slurmdbd pointed at a port nobody listens on: 23.11+ clears a resumed node's reason only when an
+accounting plugin is loaded, so this variant behaves like 22.05 on resume.
+
+A fresh boot (`fresh_boot=True`: reboots, cloud power-ups) starts slurmd, and so everything it
+starts, in a new time namespace whose boot clock starts now and a private mount namespace with a
+new random /proc/sys/kernel/random/boot_id, as a real reboot would present.
+
 Cloud nodes (`cloud=[...]`) are declared State=CLOUD with power saving on: they start powered
 down; the ResumeProgram starts a node's slurmd as a freshly booted new instance and the
 SuspendProgram releases it (slurmd stopped, its Airlock processes killed, its simulated GPUs
@@ -16,6 +33,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -23,6 +41,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -32,17 +51,45 @@ import tomli_w
 from airlock.slurm import Node, Slurm, expand
 
 MARKER = "AIRLOCK_DEVCLUSTER"
+VERSIONS = ("22.05", "24.11")
+CHROOT = "/var/cache/airlock/trixie"  # scripts/slurm-chroot.sh (AIRLOCK_CHROOT overrides)
+CHROOT_MARK = "/etc/airlock-chroot"  # exists inside the chroot only
+CLIENTS = ("scontrol", "sbatch", "srun", "sinfo", "scancel", "squeue", "strigger", "salloc")
 REBOOT_OFF_S = 3.0  # how long the RebootProgram's "machine" stays off
 # How long a new cloud instance takes to boot before its slurmd starts. slurmctld ignores a
 # powering-up node's registration while its (whole-second) boot time is older than the power-up;
 # the fresh boot clock starts 1-2 s in the past and slurmd rounds its uptime, hence 4 s.
 POWER_ON_S = 4.0
+# Never bound over the chroot's own: a system Python (base prefix /usr) is bound file by file.
+_SYSTEM_DIRS = {"/", "/usr", "/usr/local", "/usr/lib", "/usr/bin", "/bin", "/lib", "/etc",
+                "/var", "/opt", "/root", "/home", "/tmp", "/run", "/proc", "/sys", "/dev"}
 
 
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def in_chroot() -> bool:
+    """True inside the 24.11 chroot (the hooks, RebootProgram and power programs run there)."""
+    return os.path.exists(CHROOT_MARK)
+
+
+def host_uptime() -> float:
+    """Seconds since the machine booted, whatever time namespace we are in: a reboot program runs
+    under an earlier fresh boot's namespace, whose /proc/uptime is offset."""
+    with open("/proc/uptime") as fh:
+        up = float(fh.read().split()[0])
+    try:
+        with open("/proc/self/timens_offsets") as fh:
+            for line in fh:
+                clock, secs, nsecs = line.split()
+                if clock in ("boottime", "7"):  # named since 5.x, CLOCK_BOOTTIME's id before
+                    up -= int(secs) + int(nsecs) / 1e9
+    except (OSError, ValueError):
+        pass  # no time namespaces in this kernel: /proc/uptime is the machine's
+    return up
 
 
 def healthy_gpus(count: int = 8, model: str = "NVIDIA H100 80GB HBM3") -> list[dict[str, Any]]:
@@ -59,6 +106,29 @@ def healthy_gpus(count: int = 8, model: str = "NVIDIA H100 80GB HBM3") -> list[d
     ]
 
 
+def _minimal(paths: Iterable[str]) -> list[str]:
+    """The paths not inside another one of them."""
+    out: list[str] = []
+    for p in sorted(set(paths), key=len):
+        if not any(p == q or p.startswith(q.rstrip("/") + "/") for q in out):
+            out.append(p)
+    return sorted(out)
+
+
+def python_paths() -> list[str]:
+    """What the host's Python and Airlock need inside the chroot, to bind there read-only."""
+    import airlock
+
+    project = str(Path(airlock.__file__).resolve().parents[1])
+    if os.path.realpath(sys.base_prefix) not in _SYSTEM_DIRS:
+        cands = [os.path.realpath(p) for p in (sys.base_prefix, sys.prefix, project)]
+    else:  # Debian's python3: its files, not /usr; the hooks exec sys.executable by its name
+        cands = [os.path.abspath(sys.executable), os.path.realpath(sys.executable), project,
+                 *(os.path.realpath(p) for p in sys.path if p and os.path.isdir(p))]
+    return [p for p in _minimal(cands)
+            if p not in _SYSTEM_DIRS and not p.startswith("/tmp/") and os.path.exists(p)]
+
+
 class DevCluster:
     def __init__(
         self,
@@ -73,13 +143,26 @@ class DevCluster:
         cloud: Iterable[str] = (),
         suspend_time: int = 3600,
         suspend_timeout: int = 5,
+        slurm_version: str = "22.05",
+        accounting: bool = False,
+        chroot: str | os.PathLike | None = None,
+        hooks: dict[str, str] | None = None,
     ):
+        if slurm_version not in VERSIONS:
+            raise ValueError(f"slurm_version must be one of {', '.join(VERSIONS)}, "
+                             f"not {slurm_version!r}")
+        if accounting and slurm_version == "22.05":
+            raise ValueError("accounting=True is a 24.11 variant (22.05 clears reasons without)")
         self.root = Path(root).resolve()
         self.nodes = list(nodes)
         self.future = list(future)
         self.gpus_per_node = gpus_per_node
         self.health_interval = health_interval
         self.airlock_extra = airlock or {}
+        # {"healthcheck"|"prolog"|"epilog": shell script} replacing Airlock's hook, to see
+        # Slurm's own behaviour (the Slurm-version tests, tests/data/record.py); @ROOT@ in it
+        # becomes the cluster's root (Slurm gives a hook no environment to find it by)
+        self.hooks = dict(hooks or {})
         self.partitions = partitions or {}
         self.features = features or {}
         self.cloud = list(cloud)
@@ -88,13 +171,39 @@ class DevCluster:
         self.suspend_timeout = suspend_timeout
         self.ports = {n: free_port() for n in self.all_nodes}
         self.ctld_port = free_port()
+        # slurmctld queues accounting records for this port, where nothing ever listens
+        self.dbd_port = free_port() if accounting else 0
+        self._setup(slurm_version, accounting,
+                    chroot or os.environ.get("AIRLOCK_CHROOT") or CHROOT)
+
+    def _setup(self, version: str, accounting: bool, chroot: str | os.PathLike) -> None:
+        self.slurm_version = version
+        self.accounting = accounting
+        self.chroot = Path(chroot)
         self.conf = self.root / "slurm.conf"
         self.airlock_conf = self.root / "airlock.toml"
         self.sim_file = self.root / "gpus.json"
         self.image_file = self.root / "cloud-image.json"
         self.munge_socket = self.root / "munge" / "run" / "munge.socket"
-        self.slurm = Slurm(conf=str(self.conf), timeout=15)
+        # 24.11: where the chroot is mounted in the cluster's namespace, the process holding
+        # that namespace, and the client wrappers that enter it
+        self.fs = self.root / "fs"
+        self.ns_pid_file = self.root / "run" / "namespace.pid"
+        self.slurm_bin = self.root / "slurm-bin" if self.chrooted else None
+        self._ns = ""  # the namespace's id (mnt:[inode]) once started
+        self._seen_ns: set[str] = set()  # every mount namespace a process of ours was seen in
+        self.slurm = Slurm(conf=str(self.conf), timeout=15,
+                           bin_dir=str(self.slurm_bin) if self.slurm_bin else "")
         self._started = False
+
+    @property
+    def chrooted(self) -> bool:
+        return self.slurm_version != "22.05"
+
+    @property
+    def variant(self) -> str:
+        """"22.05", "24.11" or "24.11-dbd" (with the accounting plugin)."""
+        return self.slurm_version + ("-dbd" if self.accounting else "")
 
     @property
     def all_nodes(self) -> list[str]:
@@ -104,6 +213,8 @@ class DevCluster:
     def env(self, **extra: str) -> dict[str, str]:
         env = dict(os.environ)
         env.update(SLURM_CONF=str(self.conf), AIRLOCK_CONFIG=str(self.airlock_conf))
+        if self.slurm_bin:  # sbatch & co. from a test's subprocess reach this cluster's version
+            env["PATH"] = f"{self.slurm_bin}:{env.get('PATH') or '/usr/bin:/bin'}"
         env[MARKER] = str(self.root)
         env.update(extra)
         return env
@@ -119,7 +230,15 @@ class DevCluster:
         if not key.exists():
             key.write_bytes(os.urandom(1024))
         os.chmod(key, 0o400)
+        (self.root / "cluster.json").write_text(json.dumps({
+            "slurm_version": self.slurm_version, "accounting": self.accounting,
+            "chroot": str(self.chroot)}))
         self._write_hooks()
+        if self.chrooted:
+            self._write_clients()
+            # 24.11's slurmd always loads a cgroup plugin and fails without a cgroup filesystem;
+            # 22.05 has no "disabled" and needs no cgroup.conf here.
+            (self.root / "cgroup.conf").write_text("CgroupPlugin=disabled\n")
         self.conf.write_text(self.slurm_conf())
         self.write_airlock_config()
         if not self.sim_file.exists():
@@ -143,6 +262,10 @@ class DevCluster:
             ("resume", "airlock.dev.cluster"),
         ):
             script = self.root / "bin" / name
+            if name in self.hooks:
+                script.write_text(self.hooks[name].replace("@ROOT@", str(self.root)))
+                script.chmod(0o755)
+                continue
             extra = f" {name}-program" if target == "airlock.dev.cluster" else ""
             # slurmctld runs the power programs with every descriptor closed: keep their words
             log = f"exec >>{self.root}/log/{name}.out 2>&1\n" if name in ("suspend", "resume") \
@@ -158,10 +281,29 @@ class DevCluster:
             )
             script.chmod(0o755)
 
-    def slurm_conf(self) -> str:
+    def _write_clients(self) -> None:
+        """<root>/slurm-bin/<tool> for 24.11. Inside the chroot (the hooks) it is the real
+        binary; from the host it enters the cluster's mount namespace and the chroot, in the
+        caller's working directory when that exists in there (sbatch records it for the job)."""
+        self.slurm_bin.mkdir(exist_ok=True)
+        enter = (f'exec {_host_tool("nsenter")} --target "$(cat {self.ns_pid_file})" --mount -- '
+                 f'{_host_tool("chroot")} {self.fs} /bin/sh -c \'cd "$0" 2>/dev/null; '
+                 f'exec "$@"\' "$PWD"')
+        for tool in CLIENTS:
+            script = self.slurm_bin / tool
+            script.write_text(
+                f"#!/bin/sh\n# {tool} of the Slurm {self.slurm_version} dev cluster in "
+                f"{self.root}\n"
+                f'if [ -e {CHROOT_MARK} ]; then exec /usr/bin/{tool} "$@"; fi\n'
+                f'{enter} /usr/bin/{tool} "$@"\n')
+            script.chmod(0o755)
+
+    def slurm_conf(self, accounting: bool | None = None) -> str:
         r = self.root
+        accounting = self.accounting if accounting is None else accounting
         lines = [
-            "# Written by airlock.dev.cluster: a throwaway test cluster on one machine.",
+            "# Written by airlock.dev.cluster: a throwaway test cluster on one machine, "
+            f"Slurm {self.variant}.",
             "ClusterName=airlockdev",
             "SlurmctldHost=localhost",
             f"SlurmctldPort={self.ctld_port}",
@@ -192,7 +334,9 @@ class DevCluster:
             "MpiDefault=none",
             "MailProg=/bin/true",
             "JobCompType=jobcomp/none",
-            "AccountingStorageType=accounting_storage/none",
+            *(["AccountingStorageType=accounting_storage/slurmdbd",
+               "AccountingStorageHost=localhost", f"AccountingStoragePort={self.dbd_port}"]
+              if accounting else ["AccountingStorageType=accounting_storage/none"]),
             "InactiveLimit=0",
             "KillWait=2",
             "MinJobAge=600",  # tests and the demo read finished jobs back
@@ -240,11 +384,14 @@ class DevCluster:
         return "\n".join(lines) + "\n"
 
     def write_airlock_config(self) -> None:
+        slurm: dict[str, Any] = {"conf": str(self.conf), "timeout": 15}
+        if self.slurm_bin:
+            slurm["bin_dir"] = str(self.slurm_bin)
         base: dict[str, Any] = {
             "state_dir": f"{self.root}/airlock/state/{{node}}",
             "log_dir": f"{self.root}/airlock/log/{{node}}",
             "shared_dir": f"{self.root}/airlock/shared",
-            "slurm": {"conf": str(self.conf), "timeout": 15},
+            "slurm": slurm,
             "nvml": {"simulate": str(self.sim_file)},
             "registration": {"suite_timeout": 240},
         }
@@ -269,10 +416,70 @@ class DevCluster:
         nodes.setdefault(node, {"gpus": healthy_gpus(self.gpus_per_node)}).update(values)
         self.write_sim(nodes)
 
+    # --- the 24.11 chroot's mount namespace ----------------------------------------------------
+    def _start_namespace(self) -> None:
+        """One process, `sleep infinity` in a new private mount namespace, holds the mounts the
+        24.11 daemons and clients run in; they all enter it (nsenter) and the chroot."""
+        if not (self.chroot / CHROOT_MARK.lstrip("/")).exists():
+            raise RuntimeError(f"no Slurm 24.11 chroot at {self.chroot}: run "
+                               "bash scripts/slurm-chroot.sh")
+        fs, ovl, ready = self.fs, self.root / "run" / "overlay", self.root / "run" / "ns.ready"
+        for d in (fs, ovl):
+            d.mkdir(parents=True, exist_ok=True)
+        ready.unlink(missing_ok=True)
+        q = shlex.quote
+        rw = ["/tmp"] if str(self.root).startswith("/tmp/") else ["/tmp", str(self.root)]
+        lines = [
+            # the shared chroot stays untouched: every write in there goes to this tmpfs
+            f"mount -t tmpfs -o mode=0755 airlock-overlay {q(str(ovl))}",
+            f"mkdir {q(str(ovl / 'upper'))} {q(str(ovl / 'work'))}",
+            f"mount -t overlay airlock-chroot -o lowerdir={q(str(self.chroot))},"
+            f"upperdir={q(str(ovl / 'upper'))},workdir={q(str(ovl / 'work'))} {q(str(fs))}",
+            f"mount -t proc proc {q(str(fs / 'proc'))}",
+            f"mount -t sysfs sysfs {q(str(fs / 'sys'))}",
+            f"mount --rbind /dev {q(str(fs / 'dev'))}",
+            f"mount -t tmpfs -o mode=0755 airlock-run {q(str(fs / 'run'))}",
+            # 24.11 resolves SlurmctldHost=localhost to this machine's name
+            f"printf '127.0.0.1 localhost %s\\n' {q(socket.gethostname())} "
+            f"> {q(str(fs / 'etc/hosts'))}",
+        ]
+        for path in rw:
+            lines += [f"mkdir -p {q(str(fs) + path)}",
+                      f"mount --bind {q(path)} {q(str(fs) + path)}"]
+        for path in python_paths():
+            dst = q(str(fs) + path)
+            make = f"mkdir -p {dst}" if os.path.isdir(path) else \
+                f"mkdir -p {q(str(fs) + os.path.dirname(path))} && touch {dst}"
+            lines += [make, f"mount --bind {q(path)} {dst}", f"mount -o remount,bind,ro {dst}"]
+        lines += [f"touch {q(str(ready))}", "exec sleep infinity"]
+        pid = self._spawn(["unshare", "--mount", "--propagation", "private", "--", "sh", "-ec",
+                           "\n".join(lines)], "namespace", resolve=True)
+        self.ns_pid_file.write_text(f"{pid}\n")
+        self._wait(lambda: ready.exists() or not _alive(pid), 30, "the chroot's mounts")
+        if not ready.exists():
+            log = (self.root / "log" / "namespace.out").read_text(errors="replace").strip()
+            raise RuntimeError(f"mounting the chroot failed: {log.splitlines()[-1:]}")
+        self._ns = _mount_ns(pid)  # read once unshare has made it, for leftover_mounts()
+
+    def _ns_pid(self) -> int:
+        try:
+            return int(self.ns_pid_file.read_text())
+        except (OSError, ValueError):
+            return 0
+
+    def _enter(self) -> list[str]:
+        """The argv prefix that runs a program in this cluster's world from where we are."""
+        if not self.chrooted or in_chroot():
+            return []
+        return [_host_tool("nsenter"), f"--target={self._ns_pid()}", "--mount", "--",
+                _host_tool("chroot"), str(self.fs)]
+
     # --- daemons ---------------------------------------------------------------------------------
     def start(self, wait: bool = True) -> DevCluster:
         self.write_files()
         self._started = True
+        if self.chrooted and not in_chroot():
+            self._start_namespace()
         self._spawn(
             ["munged", "--foreground", "--force", f"--key-file={self.root}/munge/munge.key",
              f"--socket={self.munge_socket}", f"--pid-file={self.root}/munge/run/munged.pid",
@@ -280,6 +487,8 @@ class DevCluster:
             "munged",
         )
         self._wait(lambda: self.munge_socket.exists(), 10, "munged socket")
+        if self.accounting:
+            self._seed_accounting()
         self._spawn(["slurmctld", "-D", "-i", "-f", str(self.conf)], "slurmctld")
         self._wait(self._ctld_up, 30, "slurmctld answering")
         for n in self.nodes:
@@ -313,6 +522,21 @@ class DevCluster:
         if wait:
             self._wait(self._ctld_up, 30, "slurmctld answering")
 
+    def _seed_accounting(self) -> None:
+        """24.11's slurmctld refuses its first start while slurmdbd is down, but one that has
+        started before (its cluster id is in StateSaveLocation) starts without it. So: one start
+        without accounting, keeping only that bootstrap state, then the accounting config."""
+        self.conf.write_text(self.slurm_conf(accounting=False))
+        pid = self._spawn(["slurmctld", "-D", "-i", "-f", str(self.conf)], "slurmctld-seed")
+        self._wait(self._ctld_up, 30, "slurmctld (accounting seed) answering")
+        _kill(pid, signal.SIGTERM)
+        self._wait(lambda: not _alive(pid), 15, "slurmctld (accounting seed) to exit")
+        for f in (self.root / "state").iterdir():
+            if f.name.startswith(("node_state", "job_state", "part_state", "resv_state",
+                                  "trigger_state", "last_config_lite")):
+                f.unlink()
+        self.conf.write_text(self.slurm_conf())
+
     def _ctld_up(self) -> bool:
         try:
             self.slurm.scontrol("ping", timeout=5)
@@ -320,24 +544,39 @@ class DevCluster:
         except Exception:
             return False
 
-    def _spawn(self, argv: list[str], log: str, prefix: list[str] | None = None) -> int:
-        exe = shutil.which(argv[0], path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
+    def _spawn(self, argv: list[str], log: str, prefix: list[str] | None = None,
+               resolve: bool = False) -> int:
+        """Start argv[0] (a daemon name) of this cluster's version in its own session."""
+        if self.chrooted and not in_chroot() and not resolve:
+            exe = next((f"/usr/{d}/{argv[0]}" for d in ("sbin", "bin")
+                        if (self.chroot / "usr" / d / argv[0]).exists()), None)
+            full = [*self._enter(), *(prefix or []), exe or argv[0], *argv[1:]]
+        else:
+            exe = shutil.which(argv[0], path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
+            full = [*(prefix or []), exe or argv[0], *argv[1:]]
         if exe is None:
-            raise RuntimeError(f"{argv[0]} not found: install munge, slurmctld and slurmd")
+            where = f"the chroot {self.chroot}" if self.chrooted and not in_chroot() else "PATH"
+            raise RuntimeError(f"{argv[0]} not found in {where}: install munge, slurmctld and "
+                               "slurmd (scripts/setup.sh)")
         with open(self.root / "log" / f"{log}.out", "ab") as out:
-            proc = subprocess.Popen([*(prefix or []), exe, *argv[1:]], stdout=out, stderr=out,
-                                    stdin=subprocess.DEVNULL, env=self.env(),
-                                    start_new_session=True)
+            proc = subprocess.Popen(full, stdout=out, stderr=out, stdin=subprocess.DEVNULL,
+                                    env=self.env(), start_new_session=True)
         (self.root / "run" / f"{log}.spawned").write_text(str(proc.pid))
         return proc.pid
 
+    def _fresh_boot(self, name: str) -> list[str]:
+        """The argv prefix of a machine that just booted: a new time namespace whose boot clock
+        starts now, and a private mount namespace in which /proc/sys/kernel/random/boot_id is a
+        new random UUID. Both hold for slurmd and everything it starts (hooks, suites, jobs).
+        Inside the chroot for 24.11 (its unshare, mount and sh), so the bind lands on its /proc."""
+        boot_id = self.root / "run" / f"boot_id-{name}"
+        boot_id.write_text(f"{uuid.uuid4()}\n")
+        return ["/usr/bin/unshare", "--time", "--mount", "--propagation", "private", "--fork",
+                f"--boottime=-{int(host_uptime()) - 1}", "/bin/sh", "-c",
+                'mount --bind "$0" /proc/sys/kernel/random/boot_id && exec "$@"', str(boot_id)]
+
     def start_node(self, name: str, wait: bool = True, fresh_boot: bool = False) -> None:
-        prefix = None
-        if fresh_boot:
-            # A new time namespace whose boot clock starts now: slurmd and the hook both see a
-            # machine that just booted, exactly as after a real reboot.
-            uptime = float(Path("/proc/uptime").read_text().split()[0])
-            prefix = ["unshare", "--time", "--fork", f"--boottime=-{int(uptime) - 1}"]
+        prefix = self._fresh_boot(name) if fresh_boot else None
         self._spawn(["slurmd", "-D", "-N", name, "-f", str(self.conf)], f"slurmd-{name}", prefix)
         if wait:
             self.wait_nodes_registered([name], 60)
@@ -397,44 +636,88 @@ class DevCluster:
 
         self._wait(registered, timeout, f"nodes {','.join(names)} registered")
 
+    def members(self) -> list[int]:
+        """Every live process of this cluster: those carrying the marker, and every process in
+        a mount namespace one of them was seen in (the 24.11 chroot's, a fresh boot's). 24.11's
+        slurmstepd overwrites its environment with its process title, marker included."""
+        me = os.getpid()
+        marked = set(_pids_with_marker(str(self.root)))
+        host = _mount_ns(me)
+        for pid in marked:
+            ns = _mount_ns(pid)
+            if ns and ns != host:
+                self._seen_ns.add(ns)
+        if self._ns:
+            self._seen_ns.add(self._ns)
+        if self._seen_ns:
+            marked.update(p for p in _all_pids() if _mount_ns(p) in self._seen_ns)
+        marked.discard(me)
+        return sorted(p for p in marked if _alive(p))
+
     def stop(self) -> list[int]:
-        """Stop everything this cluster started, by PID; return the PIDs that had to be killed."""
+        """Stop everything this cluster started, by PID; return the PIDs that had to be killed.
+        The namespace holder goes last: with it and the daemons gone, so are the mounts."""
         if not self._started:
             return []
+        holder = self._ns_pid() if self.chrooted else 0
+
+        def ours() -> list[int]:
+            return [p for p in self.members() if p != holder]
+
         killed = []
         order = ("slurmd", "slurmstepd", "slurmctld", "munged")
         for name in order:
-            for pid in _pids_with_marker(str(self.root)):
+            for pid in ours():
                 cmd = _cmdline(pid)
                 if cmd and name in Path(cmd[0]).name:
                     _kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and _pids_with_marker(str(self.root)):
+        while time.monotonic() < deadline and ours():
             time.sleep(0.1)
         # Jobs' processes and detached suites do not go with the daemons; they get a moment
         # to exit cleanly, then SIGKILL.
-        for pid in _pids_with_marker(str(self.root)):
+        for pid in ours():
             _kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + 2
-        while time.monotonic() < deadline and _pids_with_marker(str(self.root)):
+        while time.monotonic() < deadline and ours():
             time.sleep(0.1)
-        for pid in _pids_with_marker(str(self.root)):
+        for pid in ours():
             _kill(pid, signal.SIGKILL)
             killed.append(pid)
+        if holder and holder in self.members():
+            _kill(holder, signal.SIGKILL)  # sleep holds nothing but the namespace
         deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and _pids_with_marker(str(self.root)):
+        while time.monotonic() < deadline and self.members():
             time.sleep(0.05)
         self._started = False
         return killed
 
     def leftovers(self) -> list[int]:
-        return _pids_with_marker(str(self.root))
+        return self.members()
+
+    def leftover_mounts(self) -> list[str]:
+        """Mounts of this cluster still alive: any on the host under its root or the chroot
+        (there should never be one), and its namespaces while a process still holds one."""
+        left = [m for m in _host_mounts()
+                if m == str(self.root) or m.startswith((f"{self.root}/", f"{self.chroot}/"))]
+        for ns in sorted(self._seen_ns | ({self._ns} if self._ns else set())):
+            left += [f"{ns} held by pid {p} ({' '.join(_cmdline(p))[:80]})"
+                     for p in _pids_in_mount_ns(ns)]
+        return left
 
     # --- using it ----------------------------------------------------------------------------
     def node(self, name: str) -> Node:
         return self.slurm.node(name)
 
+    def client(self, tool: str) -> str:
+        """The path of a Slurm client command that talks to this cluster."""
+        if self.slurm_bin:
+            return str(self.slurm_bin / tool)
+        return self.slurm.binary(tool)
+
     def run(self, argv: list[str], timeout: float = 30, check: bool = True) -> str:
+        if argv and argv[0] in CLIENTS:
+            argv = [self.client(argv[0]), *argv[1:]]
         proc = subprocess.run(argv, env=self.env(), capture_output=True, text=True,
                               timeout=timeout, stdin=subprocess.DEVNULL)
         if check and proc.returncode != 0:
@@ -476,12 +759,12 @@ class DevCluster:
         """A handle on a running dev cluster, rebuilt from its files (for helper processes)."""
         self = cls.__new__(cls)
         self.root = Path(root).resolve()
-        self.conf = self.root / "slurm.conf"
-        self.airlock_conf = self.root / "airlock.toml"
-        self.sim_file = self.root / "gpus.json"
-        self.image_file = self.root / "cloud-image.json"
-        self.munge_socket = self.root / "munge" / "run" / "munge.socket"
-        self.slurm = Slurm(conf=str(self.conf), timeout=15)
+        try:
+            meta = json.loads((self.root / "cluster.json").read_text())
+        except (OSError, ValueError):
+            meta = {}
+        self._setup(meta.get("slurm_version", "22.05"), bool(meta.get("accounting")),
+                    meta.get("chroot") or CHROOT)
         self._started = True
         return self
 
@@ -490,6 +773,40 @@ class DevCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _host_tool(name: str) -> str:
+    return shutil.which(name, path="/usr/bin:/usr/sbin:/bin:/sbin") or name
+
+
+def _host_mounts() -> list[str]:
+    try:
+        with open("/proc/self/mountinfo") as fh:
+            # field 5 is the mount point, with spaces etc. as octal escapes
+            return [line.split()[4].encode().decode("unicode_escape") for line in fh]
+    except OSError:
+        return []
+
+
+def _mount_ns(pid: int) -> str:
+    if pid <= 0:
+        return ""
+    try:
+        return os.readlink(f"/proc/{pid}/ns/mnt")
+    except OSError:
+        return ""
+
+
+def _all_pids() -> list[int]:
+    return [int(e) for e in os.listdir("/proc") if e.isdigit()]
+
+
+def _pids_in_mount_ns(ns: str) -> list[int]:
+    return [p for p in _all_pids() if _mount_ns(p) == ns and _alive(p)]
+
+
+def pid_is_ours(pid: int, root: str) -> bool:
+    return pid in _pids_with_marker(root)
 
 
 def _pids_with_marker(root: str) -> list[int]:

@@ -9,6 +9,7 @@ instance is checked and resumed. node4 joins later as new capacity. `airlock sta
 
 from __future__ import annotations
 
+import subprocess
 import time
 from pathlib import Path
 
@@ -57,7 +58,7 @@ def _settled(cluster: DevCluster, names: list[str]) -> bool:
         record = NodeState(cfg, n.name).load() or {}
         if not n.slurmd_start_time or record.get("status") != "done":
             return False
-        if (n.reason or "").startswith("airlock: pending") or "NOT_RESPONDING" in n.flags:
+        if n.reason_in_force.startswith("airlock: pending") or "NOT_RESPONDING" in n.flags:
             return False
     return True
 
@@ -83,11 +84,10 @@ def recovery_settings(workdir: Path, cloud) -> dict:
 
 def _healthy(cluster: DevCluster, name: str) -> bool:
     n = cluster.node(name)
-    return n.state == "IDLE" and not n.drained and not n.reason and n.responding
+    return n.state == "IDLE" and not n.drained and not n.reason_in_force and n.responding
 
 
 def run_demo(workdir: Path, keep: bool = False) -> int:
-    import subprocess
     import sys
 
 

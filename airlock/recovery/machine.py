@@ -97,8 +97,10 @@ class Obs:
 
     @classmethod
     def from_node(cls, node) -> Obs:
-        return cls(node.name, node.reason, node.drained, node.busy, node.boot_time, node.flags,
-                   node.state, node.reason_time)
+        # The reason in force only: on 23.11+ without an accounting plugin a node resumed into
+        # service keeps its old reason, which must not read as a claim or keep it from "free".
+        return cls(node.name, node.reason_in_force, node.drained, node.busy, node.boot_time,
+                   node.flags, node.state, node.reason_time if node.reason_in_force else "")
 
     @property
     def parsed(self) -> reasons.Reason | None:

@@ -1,47 +1,131 @@
 """Cluster fixtures. Every test under tests/cluster/ is marked `cluster`.
 
+Every cluster test runs on each Slurm variant: "22.05" (the host's packages), "24.11" (Debian 13's,
+in the chroot scripts/slurm-chroot.sh builds) and, for tests marked
+`@pytest.mark.slurm_variants(...)` with it, "24.11-dbd" (24.11 with the slurmdbd accounting
+plugin, which changes what a resume does to the reason). The variant is a module-scoped
+parameter, so a module's own cluster fixture starts once per variant; test ids end in
+[22.05], [24.11] or [24.11-dbd]. AIRLOCK_SLURM_VARIANTS=22.05 (comma-separated) narrows a run
+while developing; CI sets nothing and runs every variant.
+
 `cluster_factory` starts a real Slurm cluster (munged, slurmctld, slurmd per node) in a short
 temp dir (munge's socket path must stay under 108 bytes) and stops everything by PID afterwards,
-failing the test if any of its processes survive."""
+failing the test if any of its processes or mounts survive."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from airlock.dev.cluster import DevCluster
 
+HERE = Path(__file__).parent
+CHROOT_SCRIPT = HERE.parents[1] / "scripts" / "slurm-chroot.sh"
+VARIANTS: dict[str, dict] = {
+    "22.05": {"slurm_version": "22.05"},
+    "24.11": {"slurm_version": "24.11"},
+    "24.11-dbd": {"slurm_version": "24.11", "accounting": True},
+}
+DEFAULT_VARIANTS = ("22.05", "24.11")
+
 
 def pytest_collection_modifyitems(config, items) -> None:
-    here = Path(__file__).parent
+    only = [v for v in os.environ.get("AIRLOCK_SLURM_VARIANTS", "").split(",") if v]
+    keep, drop = [], []
     for item in items:
-        if here in Path(item.fspath).parents:
+        if HERE in Path(item.fspath).parents:
             item.add_marker(pytest.mark.cluster)
+        spec = getattr(item, "callspec", None)
+        variant = spec.params.get("slurm_variant") if spec is not None else None
+        (drop if only and variant is not None and variant not in only else keep).append(item)
+    if drop:  # deselected, not skipped: the run says it ran fewer tests
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+def pytest_generate_tests(metafunc) -> None:
+    if "slurm_variant" not in metafunc.fixturenames:
+        return
+    marker = metafunc.definition.get_closest_marker("slurm_variants")
+    names = list(marker.args) if marker else list(DEFAULT_VARIANTS)
+    unknown = [n for n in names if n not in VARIANTS]
+    if unknown:
+        raise pytest.UsageError(f"unknown Slurm variant {unknown[0]!r} in {metafunc.function}")
+    metafunc.parametrize("slurm_variant", names, indirect=True, scope="module", ids=names)
 
 
 REQUIRED = ("munged", "slurmctld", "slurmd", "scontrol", "sbatch")
+_chroot_ok: list[bool] = []
 
 
-def require_slurm() -> None:
-    path = os.environ.get("PATH", "") + ":/usr/sbin:/sbin"
-    missing = [b for b in REQUIRED if shutil.which(b, path=path) is None]
-    if missing:
-        pytest.fail(f"Slurm test cluster needs {', '.join(missing)} (see .ci/run)")
+def require_slurm(variant: str = "22.05") -> None:
+    if VARIANTS[variant]["slurm_version"] == "22.05":
+        path = os.environ.get("PATH", "") + ":/usr/sbin:/sbin"
+        missing = [b for b in REQUIRED if shutil.which(b, path=path) is None]
+        if missing:
+            pytest.fail(f"Slurm test cluster needs {', '.join(missing)} (see .ci/run)")
+        return
+    if not _chroot_ok:
+        check = subprocess.run(["bash", str(CHROOT_SCRIPT), "--check"], capture_output=True,
+                               text=True, timeout=30)
+        if check.returncode != 0:
+            pytest.fail(f"Slurm 24.11 needs its chroot: {check.stderr.strip()}")
+        _chroot_ok.append(True)
+
+
+@pytest.fixture(scope="module")
+def slurm_variant(request) -> str:
+    """The Slurm variant of this test: "22.05", "24.11" or "24.11-dbd"."""
+    require_slurm(request.param)
+    return request.param
+
+
+def variant_kwargs(variant: str) -> dict:
+    return dict(VARIANTS[variant])
+
+
+def check_gone(c: DevCluster) -> list[str]:
+    """What of a stopped cluster is still there: processes, then mounts."""
+    return [f"process {p}" for p in c.leftovers()] + [f"mount {m}" for m in c.leftover_mounts()]
+
+
+@contextmanager
+def running_cluster(variant: str, cls: type[DevCluster] = DevCluster, start: bool = True,
+                    wait: bool = False, prepare=None, **kwargs) -> Iterator[DevCluster]:
+    """A cluster for a module fixture: started (after prepare(c) when given), stopped after,
+    failing if anything of it survives."""
+    require_slurm(variant)
+    root = tempfile.mkdtemp(prefix="alc-", dir="/tmp")
+    c = cls(root, **variant_kwargs(variant), **kwargs)
+    try:
+        if prepare is not None:
+            c.write_files()
+            prepare(c)
+        if start:
+            c.start(wait=wait)
+        yield c
+    finally:
+        c.stop()
+        left = check_gone(c)
+        if not left and not os.environ.get("AIRLOCK_KEEP_CLUSTERS"):
+            shutil.rmtree(root, ignore_errors=True)
+        assert not left, f"left after stop: {left}"
 
 
 @pytest.fixture
-def cluster_factory() -> Iterator:
-    require_slurm()
+def cluster_factory(slurm_variant) -> Iterator:
     made: list[tuple[DevCluster, str]] = []
 
     def make(start: bool = True, wait: bool = False, **kwargs) -> DevCluster:
         root = tempfile.mkdtemp(prefix="alc-", dir="/tmp")
-        c = DevCluster(root, **kwargs)
+        c = DevCluster(root, **variant_kwargs(slurm_variant), **kwargs)
         made.append((c, root))
         if start:
             c.start(wait=wait)
@@ -51,10 +135,11 @@ def cluster_factory() -> Iterator:
     leftovers = []
     for c, root in made:
         c.stop()
-        leftovers += c.leftovers()
-        if not leftovers and not os.environ.get("AIRLOCK_KEEP_CLUSTERS"):
+        left = check_gone(c)
+        leftovers += left
+        if not left and not os.environ.get("AIRLOCK_KEEP_CLUSTERS"):
             shutil.rmtree(root, ignore_errors=True)
-    assert not leftovers, f"processes left running after stop: {leftovers}"
+    assert not leftovers, f"left after stop: {leftovers}"
 
 
 @pytest.fixture

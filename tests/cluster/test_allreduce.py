@@ -31,7 +31,7 @@ def test_registration_drains_torch_faults_naming_the_check(cluster_factory):
     def verdict(name):
         n = c.node(name)
         done = (NodeState(cfg, name).load() or {}).get("status") == "done"
-        return n if done and not n.reason.startswith("airlock: pending") else None
+        return n if done and not n.reason_in_force.startswith("airlock: pending") else None
 
     n1 = c.wait(lambda: verdict("node1"), 150, "node1 verdict")
     n2 = c.wait(lambda: verdict("node2"), 150, "node2 verdict")

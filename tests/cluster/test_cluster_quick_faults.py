@@ -52,7 +52,7 @@ def test_periodic_quick_level_drains_each_fault_and_never_a_healthy_node(cluster
 
     def all_resumed():
         ns = c.slurm.nodes(nodes)
-        return all(n.state == "IDLE" and not n.drained and not n.reason and n.responding
+        return all(n.state == "IDLE" and not n.drained and not n.reason_in_force and n.responding
                    for n in ns)
     c.wait(all_resumed, 60, "every node registered and resumed")
     resumed_at = time.monotonic()
@@ -66,7 +66,8 @@ def test_periodic_quick_level_drains_each_fault_and_never_a_healthy_node(cluster
     while time.monotonic() < deadline:
         for n in c.slurm.nodes(nodes):
             if n.name in HEALTHY:
-                assert not n.drained and not n.reason, f"healthy {n.name} drained: {n.reason!r}"
+                assert not n.drained and not n.reason_in_force, \
+                    f"healthy {n.name} drained: {n.reason!r}"
             elif n.drained and n.name not in drained:
                 drained[n.name] = n.reason
         # several periodic runs on the healthy nodes after the faults went in

@@ -30,7 +30,7 @@ def airlock_check(cluster, *args, timeout=300):
 
 
 def wait_all_resumed(cluster, names, timeout=120):
-    cluster.wait(lambda: all(not n.drained and n.responding and not n.reason
+    cluster.wait(lambda: all(not n.drained and n.responding and not n.reason_in_force
                              for n in cluster.slurm.nodes(names)), timeout, "nodes resumed")
 
 
@@ -78,7 +78,7 @@ def test_bad_collective_node_is_found_and_drained_alone(four):
     assert nodes["node3"].reason.startswith("airlock: FAIL group_allreduce rank ")
     assert "(node3) sent wrong data" in nodes["node3"].reason
     for name in ("node1", "node2", "node4"):
-        assert not nodes[name].drained and not nodes[name].reason, nodes[name]
+        assert not nodes[name].drained and not nodes[name].reason_in_force, nodes[name]
 
 
 def test_busy_node_is_waited_for_then_skipped_and_other_jobs_run_undisturbed(four):

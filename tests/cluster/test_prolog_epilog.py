@@ -5,15 +5,13 @@ its GPU."""
 from __future__ import annotations
 
 import os
-import shutil
 import signal
-import tempfile
 import time
 
 import pytest
 
-from airlock.dev.cluster import DevCluster, healthy_gpus
-from tests.cluster.conftest import require_slurm
+from airlock.dev.cluster import healthy_gpus
+from tests.cluster.conftest import running_cluster
 
 # --- pure verdicts ----------------------------------------------------------------------------
 
@@ -22,25 +20,15 @@ from tests.cluster.conftest import require_slurm
 
 
 @pytest.fixture(scope="module")
-def cluster():
+def cluster(slurm_variant):
     """One cluster for the file (the machine's two cores are shared); stopped by PID after."""
-    require_slurm()
-    root = tempfile.mkdtemp(prefix="alc-", dir="/tmp")
-    c = DevCluster(root, nodes=["node1", "node2"], health_interval=3600,
-                   airlock={"registration": {"level": "quick"}})
-    try:
-        c.start(wait=False)
+    with running_cluster(slurm_variant, nodes=["node1", "node2"], health_interval=3600,
+                         airlock={"registration": {"level": "quick"}}) as c:
         yield c
-    finally:
-        c.stop()
-        left = c.leftovers()
-        if not left:
-            shutil.rmtree(root, ignore_errors=True)
-        assert not left, f"processes left running after stop: {left}"
 
 
 def _wait_idle(c, names, timeout=45):
-    c.wait(lambda: all(n.state == "IDLE" and not n.flags and not n.reason
+    c.wait(lambda: all(n.state == "IDLE" and not n.flags and not n.reason_in_force
                        for n in c.slurm.nodes(names)), timeout, f"{names} idle, no reason")
 
 
@@ -50,7 +38,8 @@ def test_prolog_failure_requeues_job_and_names_the_check(cluster):
     cluster.set_node_sim("node1", gpus=healthy_gpus(7))  # a GPU fell off after registration
     try:
         job = cluster.sbatch("hostname", "-w", "node1")
-        node = cluster.wait(lambda: (lambda n: n if n.reason.startswith("airlock: FAIL") else None)
+        node = cluster.wait(lambda: (lambda n: n if n.reason_in_force.startswith("airlock: FAIL")
+                                               else None)
                             (cluster.node("node1")), 40, "node1 drained by the prolog")
         assert node.drained
         assert node.reason.startswith("airlock: FAIL gpu_count 7 GPUs")
@@ -58,9 +47,9 @@ def test_prolog_failure_requeues_job_and_names_the_check(cluster):
         info = cluster.wait(lambda: (lambda j: j if int(j.get("Restarts", 0)) >= 1
                                      and j.get("JobState") == "PENDING" else None)
                             (cluster.job(job)), 30, "job requeued")
-        # nohold_on_prolog_fail: requeued, not held (it runs once a proven node is free)
-        assert "held" not in info.get("Reason", "").lower()
-        assert info.get("Priority") != "0"
+        # requeued, not held (SchedulerParameters=nohold_on_prolog_fail): it runs once a
+        # node can take it, without anyone releasing it
+        assert "held" not in info.get("Reason", "").lower() and info.get("Priority") != "0"
         # the reason stays ours: Slurm's "Prolog error" did not overwrite it
         time.sleep(1)
         assert cluster.node("node1").reason == node.reason
@@ -84,7 +73,8 @@ def test_epilog_finds_leftover_process(cluster):
         gpus = healthy_gpus(8)
         gpus[0]["compute_pids"] = [pid]
         cluster.set_node_sim("node2", gpus=gpus)
-        node = cluster.wait(lambda: (lambda n: n if n.reason.startswith("airlock: FAIL") else None)
+        node = cluster.wait(lambda: (lambda n: n if n.reason_in_force.startswith("airlock: FAIL")
+                                               else None)
                             (cluster.node("node2")), 40, "node2 drained by the epilog")
         assert node.reason.startswith(f"airlock: FAIL gpu_released gpu0 pid {pid} still running")
         assert f"(epilog job {job})" in node.reason
@@ -108,7 +98,8 @@ def test_epilog_finds_memory_not_freed(cluster):
     cluster.set_node_sim("node2", gpus=gpus)
     try:
         job = cluster.sbatch("sleep 1", "-w", "node2")
-        node = cluster.wait(lambda: (lambda n: n if n.reason.startswith("airlock: FAIL") else None)
+        node = cluster.wait(lambda: (lambda n: n if n.reason_in_force.startswith("airlock: FAIL")
+                                               else None)
                             (cluster.node("node2")), 40, "node2 drained by the epilog")
         assert node.reason == (f"airlock: FAIL gpu_released gpu2 12345 MiB still in use "
                                f"(epilog job {job})")

@@ -21,7 +21,7 @@ def test_dry_run_prints_and_changes_nothing(cluster_factory, tmp_path):
     cluster.write_files()
     cluster.set_node_sim("node2", gpus=healthy_gpus(7))
     cluster.start(wait=True)
-    cluster.wait(lambda: cluster.node("node2").reason.startswith("airlock: FAIL"), 40,
+    cluster.wait(lambda: cluster.node("node2").reason_in_force.startswith("airlock: FAIL"), 40,
                  "node2 failed")
     before = cluster.node("node2").reason
     p = subprocess.run([sys.executable, "-m", "airlock", "recover", "--once", "--dry-run"],

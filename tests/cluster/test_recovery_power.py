@@ -85,7 +85,7 @@ def test_failed_cloud_node_is_power_cycled_into_a_new_instance(cluster_factory, 
             def back_in_service():  # a resume leaves NOT_RESPONDING until slurmd re-registers
                 node = cluster.node(CLOUD)
                 return case_state(db, CLOUD) == "healthy" and node.state == "IDLE" \
-                    and node.flags == {"CLOUD"} and not node.reason and node
+                    and node.flags == {"CLOUD"} and not node.reason_in_force and node
             try:
                 node = cluster.wait(back_in_service, 75, f"{CLOUD} replaced and healthy")
             except TimeoutError as exc:

@@ -7,10 +7,8 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -20,38 +18,27 @@ import pytest
 from airlock import config as config_mod
 from airlock import results, status
 from airlock.dev.cluster import DevCluster, healthy_gpus
-from tests.cluster.conftest import require_slurm
+from tests.cluster.conftest import running_cluster
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 SCHEMA = json.loads((DOCS / "status-schema.json").read_text())
 
 
 @pytest.fixture(scope="module")
-def cluster():
+def cluster(slurm_variant):
     """node3 has lost a GPU: registration fails it; node1 and node2 pass."""
-    require_slurm()
-    root = tempfile.mkdtemp(prefix="alc-", dir="/tmp")
-    c = DevCluster(root, nodes=["node1", "node2", "node3"], health_interval=3600,
-                   airlock={"registration": {"level": "quick"}})
-    try:
-        c.write_files()
-        c.set_node_sim("node3", gpus=healthy_gpus(7))
-        c.start(wait=False)
+    with running_cluster(slurm_variant, nodes=["node1", "node2", "node3"], health_interval=3600,
+                         airlock={"registration": {"level": "quick"}},
+                         prepare=lambda c: c.set_node_sim("node3", gpus=healthy_gpus(7))) as c:
         c.wait(lambda: _settled(c), 60, "registration verdicts")
         yield c
-    finally:
-        c.stop()
-        left = c.leftovers()
-        if not left:
-            shutil.rmtree(root, ignore_errors=True)
-        assert not left, f"processes left running after stop: {left}"
 
 
 def _settled(c: DevCluster) -> bool:
     nodes = {n.name: n for n in c.slurm.nodes()}
-    return (all(nodes[n].state == "IDLE" and not nodes[n].reason and not nodes[n].flags
+    return (all(nodes[n].state == "IDLE" and not nodes[n].reason_in_force and not nodes[n].flags
                 and nodes[n].slurmd_start_time for n in ("node1", "node2"))
-            and nodes["node3"].reason.startswith("airlock: FAIL")
+            and nodes["node3"].reason_in_force.startswith("airlock: FAIL")
             and "NOT_RESPONDING" not in nodes["node3"].flags)
 
 

@@ -7,6 +7,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 from airlock import doctor
 
@@ -44,3 +47,30 @@ def test_torch_probe_reports_cpu_only_torch():
     (item,) = doctor.check_torch()
     # This machine has a CPU build of torch: the deep level works, on CPU only.
     assert item.status == "WARN" and "without CUDA" in item.detail, item
+
+
+DATA = Path(__file__).parents[1] / "data"
+
+
+@pytest.mark.parametrize("version", ["22.05", "24.11"])
+def test_hooks_and_version_from_recorded_show_config(version):
+    """22.05 prints `Prolog = x`; 24.11 prints `Prolog[0] = x` and leaves unset ones out."""
+    conf = doctor.parse_show_config((DATA / version / "show-config.txt").read_text())
+    for key in ("Prolog", "Epilog"):
+        (path,) = doctor.hook_paths(conf, key)
+        assert path.startswith("/tmp/alc-rec-") and path.endswith(f"/bin/{key.lower()}")
+    items = {i.name: i for i in doctor.check_hooks(conf)}
+    for key in ("Prolog", "Epilog"):  # the recording cluster's hooks: gone, not "not set"
+        assert items[key].status == "FAIL" and "not set" not in items[key].detail
+    (v,) = doctor.check_version(conf)
+    assert v.status == "OK" and v.detail.startswith(version + ".") and "tested in CI" in v.detail
+
+
+def test_hook_lists_and_untested_versions():
+    conf = {"Prolog[1]": "/b,/c", "Prolog[0]": "/a", "Epilog": "(null)", "SLURM_VERSION": "23.02.7"}
+    assert doctor.hook_paths(conf, "Prolog") == ["/a", "/b", "/c"]
+    assert doctor.hook_paths(conf, "Epilog") == []
+    assert doctor.hook_paths({"PrologSlurmctld": "/x"}, "Prolog") == []
+    (v,) = doctor.check_version(conf)
+    assert v.status == "WARN" and "never tested in CI" in v.detail and "22.05, 24.11" in v.detail
+    assert doctor.check_version({})[0].status == "WARN"

@@ -25,6 +25,11 @@ from airlock.slurm import Node
     ("IDLE", ("NOT_RESPONDING",), "", "down"),
     ("FUTURE", (), "", "future"),
     ("IDLE", ("DRAIN",), "airlock: sleeping", "unknown"),
+    # 23.11+ without accounting: a resumed node keeps its old reason; in service is healthy
+    ("IDLE", (), "airlock: FAIL row_remap gpu0 row remap failed", "healthy"),
+    ("IDLE", (), "airlock: pending standard check new", "healthy"),
+    ("ALLOCATED", (), "ops: hold Owner=ops ticket=INC-42", "healthy"),
+    ("DOWN", (), "airlock: recover reboot", "recovering"),
 ])
 def test_classify(state, flags, reason, expected):
     assert status.classify(Node("n", state, frozenset(flags), reason)) == expected
