@@ -20,7 +20,7 @@ from airlock import config as config_mod
 from airlock.errors import AirlockError
 from airlock.paths import node_dir, shared_node_dir
 from airlock.recovery.providers.http import token_file_problem
-from airlock.slurm import Slurm
+from airlock.slurm import TESTED_VERSIONS, Slurm
 
 OK, WARN, FAIL = "OK", "WARN", "FAIL"
 HOOKS = (("HealthCheckProgram", "airlock-healthcheck", "airlock.hooks.healthcheck"),
@@ -98,8 +98,6 @@ def check_hooks(conf: dict[str, str]) -> list[Item]:
 
 def check_version(conf: dict[str, str]) -> list[Item]:
     """The running Slurm's version, and whether CI tests Airlock against that release."""
-    from airlock.slurm import TESTED_VERSIONS
-
     version = conf.get("SLURM_VERSION", "").strip()
     release = ".".join(version.split(".")[:2])
     if not version:

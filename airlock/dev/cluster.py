@@ -48,6 +48,7 @@ from typing import Any
 
 import tomli_w
 
+import airlock
 from airlock.slurm import Node, Slurm, expand
 
 MARKER = "AIRLOCK_DEVCLUSTER"
@@ -117,8 +118,6 @@ def _minimal(paths: Iterable[str]) -> list[str]:
 
 def python_paths() -> list[str]:
     """What the host's Python and Airlock need inside the chroot, to bind there read-only."""
-    import airlock
-
     project = str(Path(airlock.__file__).resolve().parents[1])
     if os.path.realpath(sys.base_prefix) not in _SYSTEM_DIRS:
         cands = [os.path.realpath(p) for p in (sys.base_prefix, sys.prefix, project)]
