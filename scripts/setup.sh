@@ -5,14 +5,19 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Debian packages, each installed only when its program is missing: Slurm and munge; faketime
+# (a wall-clock step injected into one hook run by the fault-matrix tests); systemd's
+# systemd-analyze (the rendered recovery unit is verified by systemd itself).
+declare -A pkg=([slurmctld]=slurmctld [slurmd]=slurmd [scontrol]=slurm-client [munged]=munge
+                [faketime]=faketime [systemd-analyze]=systemd)
 need=()
-for b in slurmctld slurmd scontrol munged; do
-  command -v "$b" >/dev/null 2>&1 || [ -x "/usr/sbin/$b" ] || need+=("$b")
+for b in "${!pkg[@]}"; do
+  command -v "$b" >/dev/null 2>&1 || [ -x "/usr/sbin/$b" ] || need+=("${pkg[$b]}")
 done
 if [ "${#need[@]}" -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
-  apt-get install -y -qq --no-install-recommends slurmctld slurmd slurm-client munge >/dev/null
+  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 
 # The cluster tests run on both Slurm versions: 24.11's chroot (milliseconds when cached).

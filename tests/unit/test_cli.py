@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -24,3 +25,22 @@ def test_root_lists_the_commands():
     listed = {line.split()[0] for line in out.stdout.split("Commands:")[1].splitlines()
               if line.strip()}
     assert listed == set(COMMANDS)
+
+
+def test_check_without_a_config_file_uses_the_defaults(tmp_path):
+    """The first command a new user types: no /etc/airlock/airlock.toml is not an error."""
+    from airlock import config
+
+    if os.path.exists(config.DEFAULT_PATH):
+        pytest.fail(f"this test needs no {config.DEFAULT_PATH} on the machine")
+    env = {k: v for k, v in os.environ.items() if k != "AIRLOCK_CONFIG"}
+    out = subprocess.run([sys.executable, "-m", "airlock.cli", "check", "--only", "memory",
+                          "--node", "clitest", "--json"], capture_output=True, text=True,
+                         env=env, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert '"verdict": "pass"' in out.stdout
+    named = subprocess.run([sys.executable, "-m", "airlock.cli", "check", "--only", "memory"],
+                           capture_output=True, text=True, timeout=60,
+                           env={**env, "AIRLOCK_CONFIG": str(tmp_path / "absent.toml")})
+    assert named.returncode == 2
+    assert named.stderr.strip() == f"airlock: config {tmp_path / 'absent.toml'}: file not found"
