@@ -1,8 +1,8 @@
 """`airlock render`: the committed slurm.conf.d fragment is exactly what the template renders,
 bad values are one-line errors, the systemd unit runs `airlock recover` with the config and
 parses as a unit (configparser, and systemd-analyze verify: setup installs it), and the example
-config is valid. (That Slurm accepts the rendered fragment is proved in test_doctor.py, whose cluster
-Includes it.)"""
+config is valid. (That Slurm accepts the rendered fragment is proved in test_doctor.py, whose
+cluster Includes it.)"""
 
 from __future__ import annotations
 
