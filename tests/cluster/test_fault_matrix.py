@@ -184,24 +184,24 @@ def test_full_or_read_only_state_dir(cluster_factory, tiny_fs):
     fill(state)
     # A proven node whose disk check fails is drained although no result can be stored.
     c.airlock_conf.write_text(good + f'\n[system]\ndisk_paths = ["{state}"]\n')
-    n = wait_reason(c, "node1", "airlock: FAIL disk ")
+    wait_reason(c, "node1", "airlock: FAIL disk ")
     assert "results not stored" in log(c, "node1")
     c.airlock_conf.write_text(good)
-    # A new boot on a full state_dir cannot be recorded, so it stays closed, naming the path.
+    # A new boot on a full state_dir cannot be recorded, so it stays closed, naming the path...
     c.restart_node("node1", fresh_boot=True)
     n = wait_reason(c, "node1", f"airlock: FAIL state_dir {state}: No space left on device")
-    # Read-only: the same.
-    os.unlink(state / "filler")
-    subprocess.run(["mount", "-o", "remount,ro", str(state)], check=True)
-    c.restart_node("node1", fresh_boot=True)
-    n = wait_reason(c, "node1", f"airlock: FAIL state_dir {state}: Read-only file system")
     job = c.sbatch("true", "-w", "node1")
     time.sleep(3)
     assert c.job(job)["JobState"] == "PENDING" and c.node("node1").reason == n.reason
-    # Writable again: the next hook run checks the node and resumes it.
-    subprocess.run(["mount", "-o", "remount,rw", str(state)], check=True)
+    # ...until there is room again: the next hook run checks the node and resumes it.
+    os.unlink(state / "filler")
     wait_job(c, job)
     started_after_pass(c, "node1", job)
+    # Read-only: the same. (A remount is made before the reboot: each dev-cluster boot has a
+    # mount namespace of its own, which does not see the host's later remounts.)
+    subprocess.run(["mount", "-o", "remount,ro", str(state)], check=True)
+    c.restart_node("node1", fresh_boot=True)
+    wait_reason(c, "node1", f"airlock: FAIL state_dir {state}: Read-only file system")
 
 
 @pytest.mark.slurm_variants("22.05")
@@ -340,7 +340,7 @@ def test_install_on_a_running_cluster_adopts_busy_nodes(cluster_factory):
         assert not c.node("node1").drained
         assert s1.load()["status"] == "adopted"
         time.sleep(0.5)
-    assert c.job(long_job)["JobState"] == "COMPLETED"
+    wait_job(c, long_job)
     ended = epoch(c.job(long_job)["EndTime"])
     rec = wait_proven(c, "node1", timeout=240)  # then checked once idle
     assert rec["trigger"] == "adopt"
