@@ -26,6 +26,7 @@ import math
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 from airlock import reasons
 
@@ -82,9 +83,9 @@ def is_new_boot(boot_time: str, boot_before: str, requested_at: float, limits) -
     return old is None or abs(new - old) > limits.boot_shift_min
 
 
-@dataclass(frozen=True)
-class Obs:
-    """What one poll says about one node (from airlock.slurm.Node)."""
+class Obs(NamedTuple):
+    """What one poll says about one node (from airlock.slurm.Node). A NamedTuple: a poll
+    builds one per node, 20,000 at a time, and a frozen dataclass costs several times more."""
 
     name: str
     reason: str = ""
@@ -99,8 +100,9 @@ class Obs:
     def from_node(cls, node) -> Obs:
         # The reason in force only: on 23.11+ without an accounting plugin a node resumed into
         # service keeps its old reason, which must not read as a claim or keep it from "free".
-        return cls(node.name, node.reason_in_force, node.drained, node.busy, node.boot_time,
-                   node.flags, node.state, node.reason_time if node.reason_in_force else "")
+        reason = node.reason_in_force
+        return cls(node.name, reason, node.drained, node.busy, node.boot_time, node.flags,
+                   node.state, node.reason_time if reason else "")
 
     @property
     def parsed(self) -> reasons.Reason | None:
@@ -303,20 +305,24 @@ def breaker_trip(detections: list[tuple[str, str, float]], fleet: int, now: floa
     return None
 
 
-def blocked(node: str, cases: dict[str, Case], ledger: Ledger, now: float, limits) -> str | None:
-    """Why an action on node may not start now, or None."""
+def blocked(node: str, cases: dict[str, Case], ledger: Ledger, now: float, limits,
+            in_flight: int | None = None) -> str | None:
+    """Why an action on node may not start now, or None. in_flight: the cases in flight, when
+    the caller keeps the count (decide does: counting per wanted action was quadratic)."""
     if ledger.breaker_open:
         return f"circuit breaker open ({ledger.breaker_why}); reset with --reset-breaker"
     used = rate_used(ledger.action_times, now, limits.rate_window)
     if used >= limits.max_actions_per_hour:
         return f"rate limit: {used} actions in {limits.rate_window:g}s"
-    flying = sum(1 for c in cases.values() if c.state in IN_FLIGHT and c.node != node)
+    current = cases.get(node)
+    if in_flight is None:
+        in_flight = sum(1 for c in cases.values() if c.state in IN_FLIGHT)
+    flying = in_flight - (1 if current is not None and current.state in IN_FLIGHT else 0)
     if flying >= limits.max_in_flight:
         return f"{flying} nodes already in flight (max_in_flight {limits.max_in_flight})"
     last = ledger.last_action.get(node)
     if last is not None and now - last < limits.cooldown:
         return f"cooldown: last action {now - last:.0f}s ago (cooldown {limits.cooldown:g}s)"
-    current = cases.get(node)
     if current is not None and current.state in AWAITING_BOOT:
         return "an action is already in flight for this node"
     return None
@@ -358,13 +364,15 @@ def decide(cases: dict[str, Case], observations: list[Obs], now: float, policy, 
     starts, held = [], []
     times = list(ledger.action_times)
     last = dict(ledger.last_action)
+    in_flight = sum(1 for c in cases.values() if c.state in IN_FLIGHT)
     for _opened, name, action in sorted(wants):
         view = replace(ledger, action_times=times, last_action=last)
-        why = blocked(name, cases, view, now, limits)
+        why = blocked(name, cases, view, now, limits, in_flight)
         if why:
             held.append((name, action, why))
             continue
         c = cases[name]
+        in_flight += c.state not in IN_FLIGHT  # a requested action is in flight from now
         cases[name] = c.to(REQUESTED[action], now, action=action,
                            boot_before=seen[name].boot_time, note="")
         changed.add(name)
