@@ -11,7 +11,8 @@ resume), so it never stops a new drain.
             someone acts on it); Airlock's own-error failures (config, a crashed hook, ...) are
             replaced by a real verdict
   release   a registration or a run passed: resume only a pending/checking claim, or an
-            own-error failure that this working run disproves
+            own-error failure that this working run disproves; after a registration, a drain
+            that lost its reason (a FUTURE node registering on 22.05) is claimed first
 """
 
 from __future__ import annotations
@@ -54,5 +55,12 @@ def releasable(claim: reasons.Reason | None) -> bool:
     return claim is not None and (claim.state in ("pending", "checking") or claim.own_error)
 
 
-def release(slurm: Slurm, node: str) -> DrainResult:
+def release(slurm: Slurm, node: str, level: str = "", trigger: str = "") -> DrainResult:
+    """Resume the node per the policy. With the registration's level and trigger, a drain with
+    no reason is claimed first: it is the registration's own drain that Slurm lost, and left
+    alone it would keep the node out for good. A node in service is left alone."""
+    if level:
+        current = slurm.node(node)
+        if current.drained and not current.reason:
+            isolate(slurm, node, level, trigger)
     return slurm.resume(node, only_if=releasable)

@@ -1,6 +1,8 @@
 """The node's proof of its current boot, kept in <state_dir>/node.json.
 
-One record per node, rewritten atomically: which boot it is about (airlock.boot), the
+One record per node, rewritten atomically (readers never lock; writers that read, change and
+write hold node.json.lock, so that the suite's verdict and a hook's view of the suite never
+overwrite each other): which boot it is about (airlock.boot), the
 registration suite for that boot (run id, process, level, trigger, attempt), how it ended, and a
 Slurm update the suite could not make (left to the next hook). judge() turns it into what the
 hooks act on:
@@ -17,8 +19,11 @@ A record that does not validate is never trusted: it counts as none, and the hoo
 
 from __future__ import annotations
 
+import fcntl
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -144,37 +149,64 @@ class NodeState:
         self.save(data)
         return data
 
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Exclusive against the node's other writers (the hooks and the suite), for one
+        read-change-write. The lock file is opened without following a link."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path.with_name(FILE + ".lock"),
+                     os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
     def finish(self, run_id: str, verdict: str, error: str = "", slurm_pending: str = "",
                detail: str = "", reason: str = "") -> bool:
-        """Record how run_id ended; False (nothing written) when a newer run owns the record."""
-        data = self.load()
-        if data is None or data["run_id"] != run_id:
-            return False
-        data.update(status="done", verdict=verdict, finished_uptime=round(boot_mod.uptime(), 3),
-                    finished_at=time.time(), slurm_pending=slurm_pending)
-        if error:
-            data["error"] = error
-        if detail:
-            data["detail"] = detail
-        if reason:
-            data["reason"] = reason  # the drain reason the suite set, or could not set
-        self.save(data)
-        return True
+        """Record how run_id ended; False (nothing written) when a newer run owns the record or
+        run_id already has its verdict: a verdict is written once, so a hook that thought the
+        suite dead or late never overwrites the verdict the suite wrote meanwhile."""
+        with self._locked():
+            data = self.load()
+            if data is None or data["run_id"] != run_id or data["status"] != "running":
+                return False
+            data.update(status="done", verdict=verdict,
+                        finished_uptime=round(boot_mod.uptime(), 3), finished_at=time.time(),
+                        slurm_pending=slurm_pending)
+            if error:
+                data["error"] = error
+            if detail:
+                data["detail"] = detail
+            if reason:
+                data["reason"] = reason  # the drain reason the suite set, or could not set
+            self.save(data)
+            return True
+
+    def set_process(self, run_id: str, pid: int) -> None:
+        """The suite's process, once the hook that recorded the run has started it."""
+        with self._locked():
+            data = self.load()
+            if data is not None and data["run_id"] == run_id and data["status"] == "running":
+                data.update(pid=pid, pid_start=boot_mod.process_start(pid))
+                self.save(data)
 
     def phase(self, run_id: str, phase: str) -> None:
         """The suite is "waiting" for the node to be isolated and idle (no suite timeout runs),
         or "checking" (the suite timeout counts from now)."""
-        data = self.load()
-        if data is None or data["run_id"] != run_id:
-            return
-        data["phase"] = phase
-        if phase == "checking":
-            data["started_uptime"] = round(boot_mod.uptime(), 3)
-        self.save(data)
+        with self._locked():
+            data = self.load()
+            if data is None or data["run_id"] != run_id or data["status"] != "running":
+                return
+            data["phase"] = phase
+            if phase == "checking":
+                data["started_uptime"] = round(boot_mod.uptime(), 3)
+            self.save(data)
 
     def settle(self, run_id: str) -> None:
         """The Slurm update the suite left pending has been made."""
-        data = self.load()
-        if data is not None and data["run_id"] == run_id and data.get("slurm_pending"):
-            data["slurm_pending"] = ""
-            self.save(data)
+        with self._locked():
+            data = self.load()
+            if data is not None and data["run_id"] == run_id and data.get("slurm_pending"):
+                data["slurm_pending"] = ""
+                self.save(data)

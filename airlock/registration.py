@@ -175,14 +175,18 @@ class Suite:
         done = finish.finish_run(self.cfg, self.node, run)
         for problem in done.problems:
             log(problem)
-        if self.superseded():
-            log(f"{self.node}: {verdict}, but a newer registration took over; Slurm left alone")
-            return 0
         failing = verdict == "fail"
         reason = finish.failure_reason(run).format() if failing else ""
-        pending = self.update_slurm(failing, reason)
-        self.state.finish(self.run_id, verdict, slurm_pending=pending,
-                          detail=run["detail"] if failing else "", reason=reason)
+        # The verdict is recorded before Slurm hears of it, its update marked pending: a hook or
+        # prolog that sees the node resumed then also sees the pass (a suite still "running" on
+        # a node in service is one it would isolate again), and a suite that dies before the
+        # update leaves it to the next hook run.
+        if not self.state.finish(self.run_id, verdict, detail=run["detail"] if failing else "",
+                                 slurm_pending="fail" if failing else "resume", reason=reason):
+            log(f"{self.node}: {verdict}, but a newer registration took over; Slurm left alone")
+            return 0
+        if not self.update_slurm(failing, reason):
+            self.state.settle(self.run_id)
         return 1 if failing else 0
 
     def update_slurm(self, failing: bool, reason: str) -> str:
@@ -194,8 +198,7 @@ class Suite:
                 if failing:
                     res = drains.fail(self.slurm, self.node, reasons.parse(reason))
                 else:
-                    self.keep_isolated(None, force=True)
-                    res = drains.release(self.slurm, self.node)
+                    res = drains.release(self.slurm, self.node, self.level, self.trigger)
                 log(f"{self.node}: {'fail' if failing else 'pass'} -> "
                     f"{'changed' if res.changed else 'unchanged'} {res.why}")
                 return ""
@@ -233,10 +236,9 @@ def crashed(suite: Suite, exc: BaseException) -> int:
     log(f"{suite.node}: suite error: {detail}")
     reason = reasons.failure("suite", detail)
     try:
-        if suite.superseded():
-            return 1
-        suite.state.finish(suite.run_id, "error", error=detail, detail=detail,
-                           reason=reason.format(), slurm_pending="fail")
+        if not suite.state.finish(suite.run_id, "error", error=detail, detail=detail,
+                                  reason=reason.format(), slurm_pending="fail"):
+            return 1  # superseded, or the verdict was written (its Slurm update is recorded)
         drains.fail(suite.slurm, suite.node, reason)
         suite.state.settle(suite.run_id)
     except BaseException as inner:  # the hooks re-assert the failure from the record

@@ -67,10 +67,7 @@ def start_suite(hook: Hook, trigger: str, attempt: int = 1) -> str:
         state.finish(run_id, "error", error=str(problem),
                      reason=reasons.failure(problem.subject, problem.detail).format())
         raise problem from None
-    record = state.load() or {}
-    if record.get("run_id") == run_id:
-        record.update(pid=pid, pid_start=boot_mod.process_start(pid))
-        state.save(record)
+    state.set_process(run_id, pid)
     again = f" (attempt {attempt})" if attempt > 1 else ""
     return f"{trigger}: {isolated}; registration suite {run_id} pid {pid}{again}"
 
@@ -91,10 +88,17 @@ def _spawn(cfg, node: str, run_id: str, trigger: str) -> int:
 
 
 def hold(hook: Hook, why: str) -> str:
-    """Make sure the node is drained (by anyone); drain it pending when it is not."""
+    """Make sure the node is drained (by anyone); drain it pending when it is not, unless the
+    suite finished meanwhile. The suite records its verdict before it resumes the node, so a
+    node seen in service after the record was read is checked against the record read again:
+    a pass there is the reason it is in service, and draining it would be a false drain."""
     current = hook.slurm().node(hook.node)
     if not drains.unclaimed(current):
         return "isolated"
+    state = nodestate.NodeState(hook.cfg, hook.node)
+    record = state.load() or {}
+    if record.get("run_id") != hook.proof.record["run_id"] or record.get("status") != "running":
+        return "left alone: " + ended_meanwhile(state)
     res = drains.isolate(hook.slurm(), hook.node, hook.cfg.registration.level, why)
     return "drained again" if res.changed else res.why
 
@@ -118,14 +122,23 @@ def watch(hook: Hook) -> str:
         _kill_session(record["pid"], record.get("pid_start"))
         why = f"suite timeout after {age:.0f}s"
     elif record["attempt"] < MAX_ATTEMPTS:
-        state.finish(record["run_id"], "error", error="suite died without a verdict")
+        if not state.finish(record["run_id"], "error", error="suite died without a verdict"):
+            return ended_meanwhile(state)
         return "suite died without a verdict; " + start_suite(hook, record["trigger"],
                                                                record["attempt"] + 1)
     else:
         why = f"suite died without a verdict ({record['attempt']} attempts)"
-    state.finish(record["run_id"], "fail", error=why, detail=why)
+    if not state.finish(record["run_id"], "fail", error=why, detail=why):
+        return ended_meanwhile(state)
     res = drains.fail(hook.slurm(), hook.node, reasons.failure("registration", why))
     return f"registration {why}: {'drained' if res.changed else res.why}"
+
+
+def ended_meanwhile(state: nodestate.NodeState) -> str:
+    """The suite wrote its verdict (or a newer run took over) after this hook read the record:
+    the next run acts on what it wrote."""
+    record = state.load() or {}
+    return f"the suite ended meanwhile ({record.get('verdict') or 'superseded'})"
 
 
 def _kill_session(pid: int, start) -> None:

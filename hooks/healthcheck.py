@@ -57,7 +57,7 @@ def retry_resume(hook: Hook) -> str:
         return ""
     from airlock import drains  # the Slurm client: only this rare path needs it
 
-    res = drains.release(hook.slurm(), hook.node)
+    res = drains.release(hook.slurm(), hook.node, record["level"], record["trigger"])
     nodestate.NodeState(hook.cfg, hook.node).settle(record["run_id"])
     return f"; pending resume: {'resumed' if res.changed else res.why}"
 

@@ -49,6 +49,7 @@ from typing import Any
 import tomli_w
 
 import airlock
+from airlock.paths import atomic_write_text
 from airlock.slurm import Node, Slurm, expand
 
 MARKER = "AIRLOCK_DEVCLUSTER"
@@ -399,7 +400,13 @@ class DevCluster:
                 base[key] = {**base[key], **value}
             else:
                 base[key] = value
-        self.airlock_conf.write_text(tomli_w.dumps(base))
+        self.set_airlock_config(tomli_w.dumps(base))
+
+    def set_airlock_config(self, text: str) -> None:
+        """Replace airlock.toml as config management should: atomically. A hook that reads a
+        file being rewritten in place sees the keys written so far, and the defaults of the
+        rest (another state_dir among them)."""
+        atomic_write_text(self.airlock_conf, text)
 
     # --- the simulated hardware ----------------------------------------------------------------
     def read_sim(self) -> dict[str, Any]:

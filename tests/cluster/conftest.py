@@ -119,8 +119,44 @@ def running_cluster(variant: str, cls: type[DevCluster] = DevCluster, start: boo
         assert not left, f"left after stop: {left}"
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Keep each phase's report on the item, so that a fixture's teardown knows the test failed."""
+    outcome = yield
+    rep = outcome.get_result()
+    setattr(item, f"rep_{rep.when}", rep)
+
+
+TAIL_LINES = 25
+
+
+def _tail(path: Path, lines: int = TAIL_LINES) -> str:
+    try:
+        text = path.read_text(errors="replace").splitlines()
+    except OSError as exc:
+        return f"  ({exc.strerror or exc})"
+    return "\n".join("  " + line[:300] for line in text[-lines:])
+
+
+def diagnose(c: DevCluster) -> str:
+    """What a failed cluster test leaves for whoever reads the CI log: Slurm's view of nodes
+    and jobs, and the tail of every daemon and Airlock log (the cluster's files are deleted)."""
+    out = [f"=== cluster {c.root} (Slurm {c.variant}) ==="]
+    for argv in (["scontrol", "-o", "show", "node"], ["scontrol", "-o", "show", "job"]):
+        try:
+            out += [f"$ {' '.join(argv)}", c.run(argv, timeout=10, check=False).strip()]
+        except Exception as exc:  # the controller may be what failed
+            out.append(f"$ {' '.join(argv)}: {exc}")
+    root = Path(c.root)
+    logs = sorted(root.glob("log/*.log")) + sorted(root.glob("airlock/log/*/*.log"))
+    states = sorted(root.glob("airlock/state/*/*.json"))
+    for path in logs + states:
+        out += [f"--- {path.relative_to(root)}", _tail(path)]
+    return "\n".join(out)
+
+
 @pytest.fixture
-def cluster_factory(slurm_variant) -> Iterator:
+def cluster_factory(slurm_variant, request) -> Iterator:
     made: list[tuple[DevCluster, str]] = []
 
     def make(start: bool = True, wait: bool = False, **kwargs) -> DevCluster:
@@ -132,6 +168,10 @@ def cluster_factory(slurm_variant) -> Iterator:
         return c
 
     yield make
+    failed = getattr(request.node, "rep_call", None)
+    if failed is not None and failed.failed:
+        for c, _ in made:
+            print(diagnose(c))  # shown under "Captured stdout teardown" of the failure
     leftovers = []
     for c, root in made:
         c.stop()

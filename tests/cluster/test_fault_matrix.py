@@ -25,8 +25,11 @@ import time
 
 import pytest
 
+from airlock import boot as boot_mod
 from airlock import config
-from airlock.nodestate import NodeState
+from airlock.hooks import gate
+from airlock.hooks.common import Hook
+from airlock.nodestate import RUNNING, NodeState, Proof
 
 QUICK = {"registration": {"level": "quick"}}
 # A warning passes (a CPU "device" that straggled on these shared cores warns, never drains).
@@ -127,7 +130,7 @@ def test_config_fault_at_reboot_fails_closed_and_proven_nodes_keep_working(clust
     wait_proven(c, "node2")
     good = c.airlock_conf.read_text()
     if fault == "broken":
-        c.airlock_conf.write_text(good + "\n[slurm\n")
+        c.set_airlock_config(good + "\n[slurm\n")
         problem = "invalid TOML"
     else:
         c.airlock_conf.unlink()  # the wrapper still names it in $AIRLOCK_CONFIG
@@ -145,7 +148,7 @@ def test_config_fault_at_reboot_fails_closed_and_proven_nodes_keep_working(clust
         time.sleep(3)
         assert c.job(held)["JobState"] == "PENDING" and c.node("node1").drained
     finally:
-        c.airlock_conf.write_text(good)
+        c.set_airlock_config(good)
     wait_job(c, held)
     started_after_pass(c, "node1", held)
     assert state_of(c, "node1").load()["trigger"] == "boot"
@@ -183,10 +186,10 @@ def test_full_or_read_only_state_dir(cluster_factory, tiny_fs):
     good = c.airlock_conf.read_text()
     fill(state)
     # A proven node whose disk check fails is drained although no result can be stored.
-    c.airlock_conf.write_text(good + f'\n[system]\ndisk_paths = ["{state}"]\n')
+    c.set_airlock_config(good + f'\n[system]\ndisk_paths = ["{state}"]\n')
     wait_reason(c, "node1", "airlock: FAIL disk ")
     assert "results not stored" in log(c, "node1")
-    c.airlock_conf.write_text(good)
+    c.set_airlock_config(good)
     # A new boot on a full state_dir cannot be recorded, so it stays closed, naming the path...
     c.restart_node("node1", fresh_boot=True)
     n = wait_reason(c, "node1", f"airlock: FAIL state_dir {state}: No space left on device")
@@ -277,13 +280,55 @@ def test_resume_that_fails_once_is_retried_by_the_next_hook(cluster_factory):
     c.wait(lambda: (r := state.load()) and r["run_id"] != first["run_id"] and
            r.get("phase") == "checking", 60, "node2's new suite past its isolation check")
     c.stop_controller()
+    # The suite records its verdict first, the resume pending, then tries Slurm for
+    # slurm_retry seconds, and says when it gives up. (Its process is not watched from here:
+    # in the node's time namespace its start time reads differently.)
     rec = c.wait(lambda: (r := state.load()) and r["status"] == "done" and r, 240,
                  "node2's suite done while slurmctld is away")
+    suite_log = c.root / "airlock" / "log" / "node2" / f"registration-{rec['run_id']}.log"
+    c.wait(lambda: "left to the next hook run" in suite_log.read_text(), 120,
+           "node2's suite given up on Slurm")
+    rec = state.load()
     assert rec["verdict"] in PASSED and rec["slurm_pending"] == "resume", rec
     c.start_controller()
     wait_proven(c, "node2", timeout=90)
     assert "pending resume: resumed" in log(c, "node2")
     assert state.load()["slurm_pending"] == ""
+
+
+# --- a hook and the suite at the same moment -----------------------------------------------------
+@pytest.mark.slurm_variants("22.05", "24.11")
+def test_a_hook_that_saw_the_suite_running_never_undoes_its_pass(cluster_factory):
+    """The race a CI run caught: a hook read node.json while the suite ran; the suite then
+    recorded its pass, resumed the node and exited; the hook, acting on what it had read, drained
+    the node again ("pending ... new" on a proven boot, for good) or called the suite dead and
+    overwrote its pass. Here the hook's view is made stale on purpose, both ways: the suite
+    still alive (a hold) and gone (a dead suite)."""
+    c = cluster_factory(nodes=["node1"], health_interval=3600, airlock=QUICK)
+    state = state_of(c, "node1")
+    running = c.wait(lambda: (r := state.load()) and r["status"] == "running" and r, 60,
+                     "node1's suite running")
+    wait_proven(c, "node1")
+    c.wait(lambda: not boot_mod.alive(running["pid"], running["pid_start"]), 30,
+           "node1's suite exited")
+    done = state.load()
+    assert done["run_id"] == running["run_id"] and done["slurm_pending"] == "", done
+
+    def stale_hook(record):
+        hook = Hook("healthcheck", "node1")
+        hook.cfg = config.load(c.airlock_conf)
+        hook.now = boot_mod.current("node1")
+        hook.proof = Proof(RUNNING, "", record)
+        return hook
+
+    dead = gate.watch(stale_hook(running))
+    alive = gate.watch(stale_hook({**running, "pid": os.getpid(),
+                                   "pid_start": boot_mod.process_start(os.getpid())}))
+    assert "the suite ended meanwhile (pass)" in dead, dead
+    assert "left alone: the suite ended meanwhile (pass)" in alive, alive
+    n = c.node("node1")
+    assert not n.drained, n
+    assert state.load() == done  # the pass stands, unchanged
 
 
 # --- hooks that crash ----------------------------------------------------------------------------
@@ -328,7 +373,7 @@ def test_install_on_a_running_cluster_adopts_busy_nodes(cluster_factory):
     c.wait(lambda: f"job {long_job}: quick pass" in log(c, "node1", "prolog"), 30,
            "the job's prolog done (the job is RUNNING while its prolog runs)")
     # "Install": the gate is switched on in airlock.toml; no node has a record yet.
-    c.airlock_conf.write_text(c.airlock_conf.read_text().replace("enabled = false",
+    c.set_airlock_config(c.airlock_conf.read_text().replace("enabled = false",
                                                                   "enabled = true"))
     s1 = state_of(c, "node1")
     rec = c.wait(lambda: s1.load(), 30, "node1 seen by the gate")

@@ -120,6 +120,48 @@ def test_finish_never_overwrites_a_newer_run(tmp_path):
     assert state.load()["slurm_pending"] == ""
 
 
+def test_a_verdict_is_written_once(tmp_path):
+    """A hook that thought the suite dead or late never overwrites the verdict it wrote."""
+    state = nodestate.NodeState(config.from_dict({"state_dir": str(tmp_path)}), "n1")
+    state.start("r", boot.current("n1"), os.getpid(), "standard", "boot")
+    assert state.finish("r", "pass", slurm_pending="resume")
+    before = state.load()
+    assert not state.finish("r", "error", error="suite died without a verdict")
+    assert not state.finish("r", "fail", error="suite timeout after 400s")
+    state.phase("r", "checking")
+    state.set_process("r", 1)
+    assert state.load() == before
+
+
+def _phases(state_dir: str, n: int) -> None:
+    state = nodestate.NodeState(config.from_dict({"state_dir": state_dir}), "n1")
+    for i in range(n):
+        state.phase("r", "checking" if i % 2 else "waiting")
+
+
+def test_writers_of_one_record_never_lose_each_others_changes(tmp_path):
+    """Other processes rewrite the record (the suite's phase, a hook's pid) while the verdict
+    is written: each read-change-write holds the record's lock, so the verdict survives. Without
+    the lock one of the rewrites that read "running" before the verdict lands after it."""
+    import multiprocessing
+
+    state = nodestate.NodeState(config.from_dict({"state_dir": str(tmp_path)}), "n1")
+    lost = 0
+    for _ in range(5):
+        state.start("r", boot.current("n1"), os.getpid(), "standard", "boot")
+        ctx = multiprocessing.get_context("fork")
+        procs = [ctx.Process(target=_phases, args=(str(tmp_path), 150)) for _ in range(3)]
+        for p in procs:
+            p.start()
+        time.sleep(0.05)
+        assert state.finish("r", "pass")
+        for p in procs:
+            p.join(30)
+        rec = state.load()
+        lost += rec["status"] != "done" or rec["verdict"] != "pass"
+    assert lost == 0
+
+
 # --- the drain policy -------------------------------------------------------------------------
 def node(state="IDLE", flags=(), reason=""):
     return Node("n1", state, frozenset(flags), reason)
