@@ -512,15 +512,7 @@ class DevCluster:
 
     def stop_controller(self, timeout: float = 15) -> None:
         """slurmctld goes away (a controller restart, an outage); its state stays on disk."""
-        pid = self.controller_pid()
-        if pid is None:
-            return
-        _kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        while _alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if _alive(pid):
-            _kill(pid, signal.SIGKILL)
+        _terminate(self.controller_pid(), timeout)
 
     def start_controller(self, wait: bool = True) -> None:
         """slurmctld comes back with the state it saved (jobs, node reasons)."""
@@ -596,15 +588,7 @@ class DevCluster:
         return None
 
     def stop_node(self, name: str, timeout: float = 10) -> None:
-        pid = self.slurmd_pid(name)
-        if pid is None:
-            return
-        _kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        while _alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if _alive(pid):
-            _kill(pid, signal.SIGKILL)
+        _terminate(self.slurmd_pid(name), timeout)
 
     def kill_node_processes(self, name: str) -> list[int]:
         """Kill what Airlock left running for one node (its registration suite and checks),
@@ -846,6 +830,18 @@ def _alive(pid: int) -> bool:
             return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def _terminate(pid: int | None, timeout: float) -> None:
+    """SIGTERM, then SIGKILL after timeout seconds (a daemon's orderly stop, then its end)."""
+    if pid is None:
+        return
+    _kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if _alive(pid):
+        _kill(pid, signal.SIGKILL)
 
 
 def _kill(pid: int, sig: int) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -63,23 +64,31 @@ def _settled(cluster: DevCluster, names: list[str]) -> bool:
     return True
 
 
+def fast_recovery(db: Path, **over: Any) -> dict:
+    """[recovery] windows short enough for the dev cluster, whose machines boot in seconds
+    (production defaults are minutes); over replaces or adds keys."""
+    rec = {
+        "db": str(db), "poll_interval": 0.5, "detect_grace": 1.0, "cooldown": 1.0,
+        "max_actions_per_hour": 6, "max_in_flight": 2, "breaker_window": 60.0,
+        "breaker_share": 0.9, "breaker_min_nodes": 3, "breaker_same_check": 3,
+        "reboot_timeout": 60.0, "replace_timeout": 60.0, "verdict_timeout": 90.0,
+        "refail_window": 30.0,
+        # A dev cluster's replacement can boot 3 s after the reboot before it; 2 s still tells
+        # a reboot from a slurmd restart (1 s).
+        "boot_shift_min": 2.0,
+    }
+    rec.update(over)
+    return rec
+
+
 def recovery_settings(workdir: Path, cloud) -> dict:
-    """Recovery through the http provider against the loopback cloud, with windows short enough
-    for a demo (production defaults are minutes, not seconds)."""
+    """Recovery through the http provider against the loopback cloud."""
     token = workdir / "cloud-token"
     token.write_text(cloud.token + "\n")
     token.chmod(0o600)
-    return {
-        "provider": "http", "db": str(workdir / "recovery.db"), "poll_interval": 0.5,
-        "detect_grace": 1.0, "cooldown": 1.0, "max_actions_per_hour": 6, "max_in_flight": 2,
-        "breaker_window": 60.0, "breaker_share": 0.9, "breaker_min_nodes": 3,
-        "breaker_same_check": 3, "reboot_timeout": 60.0, "replace_timeout": 60.0,
-        "verdict_timeout": 90.0, "refail_window": 30.0,
-        # the loopback cloud's replacement can boot 3 s after the reboot before it
-        "boot_shift_min": 2.0,
-        "http": {"url": cloud.url, "token_file": str(token), "timeout": 2.0, "retries": 3,
-                 "backoff": 0.2, "backoff_max": 2.0},
-    }
+    return fast_recovery(workdir / "recovery.db", provider="http", http={
+        "url": cloud.url, "token_file": str(token), "timeout": 2.0, "retries": 3,
+        "backoff": 0.2, "backoff_max": 2.0})
 
 
 def _healthy(cluster: DevCluster, name: str) -> bool:

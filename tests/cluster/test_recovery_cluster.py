@@ -13,6 +13,7 @@ import pytest
 
 from airlock.dev.cloud import FakeCloud
 from airlock.dev.cluster import healthy_gpus
+from airlock.dev.demo import fast_recovery
 from airlock.recovery.store import RecoveryStore
 from tests.cluster.recovery_db import case_state, db_rows
 
@@ -23,30 +24,13 @@ def recovery_config(tmp_path, cloud: FakeCloud, level: str = "quick", **over) ->
     token = tmp_path / "token"
     token.write_text(cloud.token + "\n")
     token.chmod(0o600)  # the provider refuses a token file others can read
-    rec = {
-        "provider": "http",
-        "db": str(tmp_path / "recovery.db"),
-        "poll_interval": 0.5,
-        "detect_grace": 1.0,
-        "cooldown": 1.0,
-        "max_actions_per_hour": 6,
-        "max_in_flight": 2,
-        "breaker_window": 60.0,
-        "breaker_share": 0.9,
-        "breaker_min_nodes": 3,
-        "breaker_same_check": 3,
-        "reboot_timeout": 45.0,
-        "replace_timeout": 45.0,
-        "verdict_timeout": 60.0,
-        "refail_window": 30.0,
-        # The dev cluster's machines boot within seconds (a replacement can boot 3 s after the
-        # reboot before it); real ones take minutes. 2 s still tells a slurmd restart (1 s).
-        "boot_shift_min": 2.0,
-        "http": {"url": cloud.url, "token_file": str(token), "timeout": 1.0, "retries": 3,
-                 "backoff": 0.1, "backoff_max": 1.0},
-    }
+    rec = fast_recovery(
+        tmp_path / "recovery.db", provider="http", reboot_timeout=45.0, replace_timeout=45.0,
+        verdict_timeout=60.0,
+        http={"url": cloud.url, "token_file": str(token), "timeout": 1.0, "retries": 3,
+              "backoff": 0.1, "backoff_max": 1.0})
     rec.update(over)
-    return {"registration": {"level": level, "boot_tolerance": 2.0},
+    return {"registration": {"level": level},
             "burnin": {"cpu_size": 64, "cpu_iterations": 2}, "recovery": rec}
 
 

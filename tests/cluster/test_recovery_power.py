@@ -13,6 +13,7 @@ import sys
 import pytest
 
 from airlock.dev.cluster import healthy_gpus
+from airlock.dev.demo import fast_recovery
 from tests.cluster.recovery_db import case_state, db_rows
 
 pytestmark = pytest.mark.cluster
@@ -26,26 +27,11 @@ def power_config(tmp_path) -> dict:
     policy.write_text('[[class]]\nname = "gpu-lost"\nchecks = ["gpu_count"]\n'
                       'ladder = ["replace"]\n\n'
                       '[[class]]\nname = "default"\nchecks = ["*"]\nladder = ["reboot"]\n')
-    rec = {
-        "provider": "slurm-power",
-        "policy": str(policy),
-        "db": str(tmp_path / "recovery.db"),
-        "poll_interval": 0.5,
-        "detect_grace": 1.0,
-        "cooldown": 1.0,
-        "max_actions_per_hour": 6,
-        "max_in_flight": 2,
-        "breaker_window": 60.0,
-        "breaker_share": 0.9,
-        "breaker_min_nodes": 3,
-        "breaker_same_check": 3,
-        "reboot_timeout": 45.0,
-        "replace_timeout": 60.0,
-        "verdict_timeout": 60.0,
-        "refail_window": 120.0,  # the case stays "healthy" (not "done") while the test looks
-        "boot_shift_min": 2.0,  # the dev cluster's instances boot seconds apart
-    }
-    return {"registration": {"level": "quick", "boot_tolerance": 2.0}, "recovery": rec}
+    rec = fast_recovery(
+        tmp_path / "recovery.db", provider="slurm-power", policy=str(policy),
+        reboot_timeout=45.0, verdict_timeout=60.0,
+        refail_window=120.0)  # the case stays "healthy" (not "done") while the test looks
+    return {"registration": {"level": "quick"}, "recovery": rec}
 
 
 def history(db) -> list[tuple[str, str]]:

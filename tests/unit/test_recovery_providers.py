@@ -1,6 +1,7 @@
 """Providers against real parts: the http provider against a server on loopback, aws-hyperpod
-through botocore's Stubber (every request validated against botocore's SageMaker model), the
-command provider with a real executable, and hyperpod-slurm / slurm-power against real Slurm."""
+through botocore's Stubber (every request validated against botocore's SageMaker model) and the
+command provider with a real executable. hyperpod-slurm and slurm-power against real Slurm are in
+tests/cluster/test_recovery_providers.py."""
 
 from __future__ import annotations
 
