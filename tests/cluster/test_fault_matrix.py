@@ -239,8 +239,9 @@ def test_damaged_or_copied_record_is_no_proof(cluster_factory):
     again2 = c.wait(lambda: (r := s2.load()) and r["run_id"] != first2["run_id"] and
                     r["node"] == "node2" and r, 60, "node2 checked again")
     assert again1["trigger"] == "record" and again2["trigger"] == "record"
-    assert "schema None" in log(c, "node1")
-    assert "record is for node 'node1'" in log(c, "node2")
+    # (A hook writes its log line when it ends, after it started the suite.)
+    c.wait(lambda: "schema None" in log(c, "node1"), 30, "node1's hook saying why")
+    c.wait(lambda: "record is for node 'node1'" in log(c, "node2"), 30, "node2's hook saying why")
     wait_proven(c, "node1")
     wait_proven(c, "node2")
 
@@ -309,10 +310,12 @@ def test_a_hook_that_saw_the_suite_running_never_undoes_its_pass(cluster_factory
     running = c.wait(lambda: (r := state.load()) and r["status"] == "running" and r, 60,
                      "node1's suite running")
     wait_proven(c, "node1")
-    c.wait(lambda: not boot_mod.alive(running["pid"], running["pid_start"]), 30,
-           "node1's suite exited")
-    done = state.load()
-    assert done["run_id"] == running["run_id"] and done["slurm_pending"] == "", done
+    done = c.wait(lambda: (r := state.load()) and r["slurm_pending"] == "" and r, 30,
+                  "node1's suite settled")
+    assert done["run_id"] == running["run_id"], done
+    # The suite's process as node.json names it (the view above may predate its pid).
+    running.update(pid=done["pid"], pid_start=done["pid_start"])
+    c.wait(lambda: not boot_mod.alive(done["pid"], done["pid_start"]), 30, "node1's suite exited")
 
     def stale_hook(record):
         hook = Hook("healthcheck", "node1")

@@ -12,6 +12,7 @@ import time
 import pytest
 
 from airlock import config as config_mod
+from airlock import protocol
 from airlock.nodestate import NodeState
 from airlock.paths import read_json
 
@@ -173,3 +174,24 @@ def test_srun_that_cannot_reach_a_node_drains_nothing(cluster_factory):
     assert "No reservations" in c.run(["scontrol", "show", "reservation"])
     for n in c.slurm.nodes(["node1", "node2", "node3"]):
         assert not (n.drained and n.reason.startswith("airlock:")), n
+
+
+def test_answers_of_nodes_that_finish_together_come_back_whole(cluster_factory):
+    """srun forwards its tasks' output in messages of at most 1 KiB: three nodes printing a long
+    answer at the same moment had their lines interleaved, and `airlock check` called every one
+    of them inconclusive (a CI run). Each answer now comes back whole."""
+    c = cluster_factory(nodes=["node1", "node2", "node3"], airlock=FAST)
+    names = ["node1", "node2", "node3"]
+    wait_all_resumed(c, names)
+    answer = ["x" * 40] * 500  # about 22 KB, the size of a standard level's run
+    code = ("import os, sys, time\n"
+            "from airlock import protocol\n"
+            "time.sleep(max(0.0, float(sys.argv[1]) - time.time()))\n"
+            f"protocol.emit(protocol.NODE, {{'node': os.environ['SLURMD_NODENAME'], "
+            f"'checks': {answer!r}}})\n")
+    for _ in range(3):
+        out = c.run(["srun", f"--nodelist={','.join(names)}", "-N3", "--ntasks-per-node=1",
+                     "--quiet", sys.executable, "-c", code, str(time.time() + 1.5)], timeout=60)
+        got = protocol.all_of(out, protocol.NODE)
+        assert sorted(p["node"] for p in got) == names, out[:2000]
+        assert all(p["checks"] == answer for p in got)
