@@ -28,9 +28,10 @@ from typing import Any
 from airlock import config as config_mod
 from airlock import drains, finish, nodestate, paths, reasons
 from airlock.checks.base import failed, passed, warned
+from airlock.checks.context import Context
 from airlock.errors import AirlockError, where
 from airlock.runner import run_level
-from airlock.slurm import Slurm
+from airlock.slurm import Node, Slurm
 
 POLL_S = 2.0
 # How often the drain is re-verified between checks. An unreachable slurmctld costs a client
@@ -50,6 +51,7 @@ class Suite:
         self.slurm = Slurm.from_config(cfg)
         self.state = nodestate.NodeState(cfg, node)
         self.verified = 0.0  # monotonic time the drain was last verified
+        self.seen: Node | None = None  # the node's Slurm record when isolation was confirmed
 
     def superseded(self) -> bool:
         """A newer boot of this node started its own suite: this one must not touch Slurm."""
@@ -66,6 +68,7 @@ class Suite:
             return "drain just set"
         if current.busy:
             return f"jobs still running ({current.state_text})"
+        self.seen = current
         return ""
 
     def wait_for_isolation(self) -> None:
@@ -116,9 +119,7 @@ class Suite:
     def run(self) -> dict[str, Any]:
         started = time.time()
         self.wait_for_isolation()
-        deadline = time.monotonic() + self.cfg.registration.suite_timeout
-        records, ctx = run_level(self.cfg, self.node, self.level, deadline=deadline,
-                                 before_check=self.keep_isolated)
+        records, ctx = self.check()
         if self.cfg.registration.group_window > 0 and self.cfg.shared_dir and \
                 not any(r["verdict"] == "fail" for r in records):
             group = self.batch_group()
@@ -126,6 +127,16 @@ class Suite:
                 records.append(group)
         return finish.summarize(self.node, self.level, self.trigger, records, started,
                                 ctx.profile_name, self.run_id)
+
+    def check(self, only: list[str] | None = None) -> tuple[list[dict[str, Any]], Context]:
+        """The level's checks on the isolated node (after wait_for_isolation)."""
+        deadline = time.monotonic() + self.cfg.registration.suite_timeout
+        ctx = Context.create(self.cfg, self.node, self.level)
+        # What the checks need from Slurm (the GRES) as read a moment ago, when Slurm answered:
+        # a controller that goes away during the checks is Airlock's trouble, not the node's.
+        ctx.know_slurm_node(self.seen)
+        return run_level(self.cfg, self.node, self.level, only=only, deadline=deadline,
+                         ctx=ctx, before_check=self.keep_isolated)
 
     def batch_group(self) -> dict[str, Any] | None:
         """Join this registration window's batch; the group all-reduce's record, or None if

@@ -40,5 +40,11 @@ class Context:
         """The profile's name when a check chose one during the run ("" when none needed it)."""
         return self._profile.name if self._profile is not None else ""
 
+    def know_slurm_node(self, node: Any) -> None:
+        """The node's Slurm record as the caller just read it (the registration suite, when it
+        confirmed isolation): the checks use it rather than ask a controller that may be gone
+        by the time they run (profiles.node_facts)."""
+        self._slurm_facts, self._slurm_facts_error = node, ""
+
     def fault(self, name: str) -> str | None:
         return self.faults.get(name)
