@@ -674,6 +674,14 @@ class DevCluster:
         for pid in ours():
             _kill(pid, signal.SIGKILL)
             killed.append(pid)
+        # A RebootProgram helper sleeping through the above (the "machine" is off for a moment)
+        # may have started its node since: kill until nothing of the cluster is left.
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and (late := ours()):
+            for pid in late:
+                _kill(pid, signal.SIGKILL)
+                killed.append(pid)
+            time.sleep(0.1)
         if holder and holder in self.members():
             _kill(holder, signal.SIGKILL)  # sleep holds nothing but the namespace
         deadline = time.monotonic() + 5
