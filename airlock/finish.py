@@ -18,6 +18,7 @@ from typing import Any
 
 from airlock import reasons
 from airlock.checks.base import Outcome, Verdict, worst
+from airlock.errors import OwnError
 from airlock.results import ResultStore, new_run_id
 
 
@@ -27,6 +28,13 @@ def summarize(node: str, level: str, trigger: str, records: list[dict[str, Any]]
     outcomes = [Outcome(r["check"], Verdict(r["verdict"]), r.get("detail", "")) for r in records]
     verdict = worst(outcomes) if outcomes else Verdict.PASS
     first_fail = next((r for r in records if r["verdict"] == "fail"), None)
+    # Checks that did not see the node (Verdict.ERROR): named in the run, so a run that proved
+    # less than its level says which part it did not prove.
+    unseen = [r for r in records if r["verdict"] == "error"]
+    detail = first_fail["detail"] if first_fail else ""
+    if unseen and not first_fail:
+        detail = "not seen: " + "; ".join(f"{r['check']} ({r.get('detail', '')})"
+                                          for r in unseen)
     now = time.time()
     return {
         "node": node,
@@ -38,7 +46,8 @@ def summarize(node: str, level: str, trigger: str, records: list[dict[str, Any]]
         "duration_s": round(now - started, 3),
         "verdict": verdict.value if verdict is not Verdict.SKIP else "pass",
         "failed_check": first_fail["check"] if first_fail else None,
-        "detail": first_fail["detail"] if first_fail else "",
+        "detail": detail,
+        "unseen": [r["check"] for r in unseen],
         "profile": profile,
         "checks": records,
     }
@@ -59,6 +68,13 @@ class Finished:
     @property
     def failed(self) -> bool:
         return self.run["verdict"] == "fail"
+
+    def raise_unseen(self, hook: str) -> None:
+        """A hook's run that did not see everything it should have (Verdict.ERROR) is Airlock's
+        own trouble: raise it for the hook's failure policy (closed on an unproven boot, open
+        and visible on a proven one), after the run has been stored."""
+        if self.run["verdict"] == "error":
+            raise OwnError(hook, self.run["detail"])
 
 
 def finish_run(cfg, node: str, run: dict[str, Any], history: bool = True, slurm=None,

@@ -24,7 +24,7 @@ from typing import Any
 
 from airlock import paths
 
-VERDICTS = ("pass", "warn", "fail", "skip")
+VERDICTS = ("pass", "warn", "fail", "error", "skip")
 NODE_FILE = "airlock.prom"
 CONTROLLER_FILE = "airlock-controller.prom"
 
@@ -75,7 +75,7 @@ def node_registry(node: str, runs: dict[str, dict[str, Any]]):
                    ["node", "level", "check", "figure"], registry=reg)
     for level, run in sorted(runs.items()):
         verdict = run.get("verdict", "")
-        for v in VERDICTS[:3]:
+        for v in VERDICTS[:4]:
             run_verdict.labels(node, level, v).set(1 if verdict == v else 0)
         run_failed.labels(node, level).set(1 if verdict == "fail" else 0)
         if _number(run.get("duration_s")) is not None:

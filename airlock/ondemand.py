@@ -345,6 +345,9 @@ def _local_level(cfg, launcher: Launcher, targets: dict[str, GroupTarget], ready
         t.duration_s = run.get("duration_s", 0.0)
         if run["verdict"] == "fail":
             t.status, t.failed_check, t.detail = "fail", run["failed_check"], run["detail"]
+        elif run["verdict"] == "error":  # the level did not see all of the node: no verdict
+            t.status, t.why = "inconclusive", run["detail"]
+            echo(f"airlock: {name}: {t.why}")
         else:
             t.status = "pass"
             passed.append(name)

@@ -186,7 +186,10 @@ class Suite:
         done = finish.finish_run(self.cfg, self.node, run)
         for problem in done.problems:
             log(problem)
-        failing = verdict == "fail"
+        # A run that did not see every check of its level ("error") is no proof: the node
+        # stays out with an own-error reason (FAIL suite ...), which the hooks retry and the
+        # recovery service never acts on.
+        failing = verdict in ("fail", "error")
         reason = finish.failure_reason(run).format() if failing else ""
         # The verdict is recorded before Slurm hears of it, its update marked pending: a hook or
         # prolog that sees the node resumed then also sees the pass (a suite still "running" on

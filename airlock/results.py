@@ -51,8 +51,9 @@ from airlock.paths import (
 SCHEMA = 1
 KEEP = 50
 READ_TIMEOUT = 5.0
-VERDICTS = ("pass", "warn", "fail")
-CHECK_VERDICTS = ("pass", "warn", "fail", "skip")
+# "error": the run (or check) did not see the node: see checks.base.Verdict.ERROR
+VERDICTS = ("pass", "warn", "fail", "error")
+CHECK_VERDICTS = ("pass", "warn", "fail", "skip", "error")
 
 
 def new_run_id(node: str) -> str:

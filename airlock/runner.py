@@ -20,7 +20,7 @@ from typing import Any
 from airlock import config as config_mod
 from airlock import protocol
 from airlock.checks import registry
-from airlock.checks.base import Outcome, Verdict, failed, warned
+from airlock.checks.base import Outcome, Verdict, failed, inconclusive, warned
 from airlock.checks.context import Context
 from airlock.errors import AirlockError
 
@@ -165,6 +165,60 @@ def run_check(spec: registry.CheckSpec, ctx: Context, timeout: float,
     return run_in_thread(spec, ctx, timeout)
 
 
+# Below this many seconds left in the budget a check is not started: it could not conclude.
+MIN_SLICE_S = 0.05
+
+
+def _slice(spec: registry.CheckSpec, cfg, deadline: float | None) -> tuple[float, bool]:
+    """(seconds this attempt may take, whether the budget cut it below the check's timeout)."""
+    timeout = registry.timeout_for(spec, cfg)
+    if deadline is None:
+        return timeout, False
+    left = deadline - time.monotonic()
+    return (left, True) if left < timeout else (timeout, False)
+
+
+def _run_confirmed(spec: registry.CheckSpec, ctx: Context, cfg, deadline: float | None,
+                   confirm: int, progress: Progress | None) -> tuple[Outcome, int]:
+    """One check, re-run to confirm a failure; (outcome, attempts made).
+
+    A check only proves what it saw. When the hook's budget is spent before an attempt starts,
+    or an attempt runs out of a slice the budget cut short, that attempt has no verdict: the
+    check ends "error" (Airlock's own trouble), never a FAIL the recovery service would act
+    on, and never a pass."""
+    outcomes: list[Outcome] = []
+    ctx.attempt = 0
+    while True:
+        timeout, cut = _slice(spec, cfg, deadline)
+        if timeout < MIN_SLICE_S:
+            spent = f"not run: budget spent ({_took(deadline)})"
+            if outcomes and outcomes[-1].failed:  # a failure the budget left unconfirmed
+                spent += f"; first attempt: {outcomes[-1].detail}"
+            return inconclusive(spec.name, spent), len(outcomes)
+        ctx.attempt += 1
+        outcome = run_check(spec, ctx, timeout, progress)
+        if outcome.failed and cut and _timed_out(outcome, timeout):
+            return inconclusive(spec.name, f"no verdict: cut to {timeout:.1f}s by the budget "
+                                "and ran out of it"), ctx.attempt
+        outcomes.append(outcome)
+        if not outcome.failed or ctx.attempt > confirm or "timeout" in outcome.detail:
+            break
+    if len(outcomes) > 1 and not outcome.failed:
+        first = outcomes[0]
+        outcome = warned(spec.name, f"flaky: failed then passed ({first.detail})",
+                         first_figures=first.figures, figures=outcome.figures)
+    return outcome, len(outcomes)
+
+
+def _timed_out(outcome: Outcome, timeout: float) -> bool:
+    return outcome.detail == f"timeout after {timeout:g}s"
+
+
+def _took(deadline: float | None) -> str:
+    over = time.monotonic() - deadline if deadline is not None else 0.0
+    return f"{over:.1f}s past the deadline" if over > 0 else "under 0.05s left"
+
+
 def run_level(cfg, node: str, level: str, only: list[str] | None = None,
               deadline: float | None = None, progress: Progress | None = None,
               ctx: Context | None = None,
@@ -177,31 +231,13 @@ def run_level(cfg, node: str, level: str, only: list[str] | None = None,
     for spec in registry.for_level(level, only):
         if before_check:
             before_check(spec)
-        timeout = registry.timeout_for(spec, cfg)
-        suite_limited = False
-        if deadline is not None:
-            left = deadline - time.monotonic()
-            if left < timeout:
-                timeout, suite_limited = max(left, 0.5), True
         if progress:
-            progress(spec.name, "start", {"timeout": timeout})
+            progress(spec.name, "start", {"timeout": registry.timeout_for(spec, cfg)})
         started = time.monotonic()
-        ctx.attempt = 1
-        outcome = run_check(spec, ctx, timeout, progress)
-        attempts = [outcome]
-        while outcome.failed and len(attempts) <= confirm and "timeout" not in outcome.detail:
-            ctx.attempt += 1
-            outcome = run_check(spec, ctx, timeout, progress)
-            attempts.append(outcome)
-        if len(attempts) > 1 and not outcome.failed:
-            first = attempts[0]
-            outcome = warned(spec.name, f"flaky: failed then passed ({first.detail})",
-                             first_figures=first.figures, figures=outcome.figures)
-        if outcome.failed and suite_limited and "timeout" in outcome.detail:
-            outcome = failed(spec.name, f"timeout (suite budget) after {timeout:.0f}s")
+        outcome, attempts = _run_confirmed(spec, ctx, cfg, deadline, confirm, progress)
         record = outcome.to_dict()
         record["duration_s"] = round(time.monotonic() - started, 3)
-        record["attempts"] = len(attempts)
+        record["attempts"] = attempts
         records.append(record)
         if progress:
             progress(spec.name, "done", record)

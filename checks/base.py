@@ -15,6 +15,12 @@ class Verdict(StrEnum):
     WARN = "warn"  # recorded and shown, never drains (e.g. flaky, or a soft throttle reason)
     FAIL = "fail"
     SKIP = "skip"  # not applicable here (e.g. no NVLink on this SKU)
+    # No verdict on the node: the check was not run or could not conclude for a reason that is
+    # not the node's (no time left in the hook's budget, a tool that hung under a budget cut,
+    # a DCGM that timed out). A check proves only what it touched: this is never a pass, and
+    # never a hardware failure either. It keeps an unproven boot closed (as Airlock's own
+    # trouble, which recovery never acts on) and never drains a proven one.
+    ERROR = "error"
 
 
 class Outcome:
@@ -79,8 +85,13 @@ def skipped(check: str, detail: str) -> Outcome:
     return Outcome(check, Verdict.SKIP, detail)
 
 
+def inconclusive(check: str, detail: str, **figures: Any) -> Outcome:
+    """The check did not see the node (see Verdict.ERROR); detail says what was not seen."""
+    return Outcome(check, Verdict.ERROR, detail, figures)
+
+
 def worst(outcomes: list[Outcome]) -> Verdict:
-    order = [Verdict.FAIL, Verdict.WARN, Verdict.PASS, Verdict.SKIP]
+    order = [Verdict.FAIL, Verdict.ERROR, Verdict.WARN, Verdict.PASS, Verdict.SKIP]
     for v in order:
         if any(o.verdict is v for o in outcomes):
             return v

@@ -26,7 +26,7 @@ from airlock import finish, nodestate
 from airlock.hooks.common import Hook, guard
 
 
-def periodic(hook: Hook) -> str:
+def periodic(hook: Hook) -> tuple[str, finish.Finished]:
     """The quick level; a failure drains with the check named."""
     from airlock.runner import run_level  # imports the check registry: only this path needs it
 
@@ -40,9 +40,9 @@ def periodic(hook: Hook) -> str:
     for problem in done.problems:
         hook.log(problem)
     if not done.failed:
-        return f"quick {run['verdict']} in {run['duration_s']:.2f}s"
+        return f"quick {run['verdict']} in {run['duration_s']:.2f}s", done
     how = "drained" if done.drain.changed else done.drain.why
-    return f"quick fail {run['failed_check']}: {how}"
+    return f"quick fail {run['failed_check']}: {how}", done
 
 
 def done_history(run: dict) -> bool:
@@ -65,20 +65,32 @@ def retry_resume(hook: Hook) -> str:
 def body(hook: Hook) -> tuple[int, str]:
     cfg = hook.load_config()
     if not cfg.registration.enabled:
-        return 0, periodic(hook)
+        msg, done = periodic(hook)
+        return _seen(hook, done, msg)
     proof = hook.read_proof()
     if hook.proven():
-        return 0, periodic(hook) + retry_resume(hook)
+        msg, done = periodic(hook)
+        return _seen(hook, done, msg + retry_resume(hook))
     from airlock.hooks import gate  # the Slurm client and subprocess: never on the pass path
 
     if proof.state == nodestate.NONE:
         msg = gate.first_sight(hook, allow_adopt=True)
         if hook.read_proof_again().state == nodestate.ADOPTED:
-            msg += "; " + periodic(hook)
+            quick, done = periodic(hook)
+            return _seen(hook, done, f"{msg}; {quick}")
         return 0, msg
     if proof.state == nodestate.ADOPTED:
-        return 0, periodic(hook) + "; " + gate.adopted(hook, job_waiting=False)
+        quick, done = periodic(hook)
+        return _seen(hook, done, f"{quick}; {gate.adopted(hook, job_waiting=False)}")
     return 0, gate.lock(hook)
+
+
+def _seen(hook: Hook, done: finish.Finished, msg: str) -> tuple[int, str]:
+    """The quick level saw everything, or its gap is raised as Airlock's own trouble."""
+    if done.run["verdict"] == "error":
+        hook.log(msg)  # what the run did see; the gap follows as an own error
+    done.raise_unseen(hook.name)
+    return 0, msg
 
 
 def main(argv: list[str] | None = None) -> int:

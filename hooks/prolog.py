@@ -94,6 +94,7 @@ def run_prolog(hook: Hook) -> tuple[int, str]:
     for problem in done.problems:
         hook.log(problem)
     if not done.failed:
+        done.raise_unseen(hook.name)
         return 0, f"quick {run['verdict']} in {run['duration_s']:.2f}s"
     how = "drained" if done.drain.changed else done.drain.why
     return 1, f"FAIL {run['failed_check']}: {how}"

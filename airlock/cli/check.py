@@ -54,7 +54,8 @@ def check_cmd(ctx, level, only, profile, node, nodes_expr, partition, feature, w
         click.echo(json.dumps(run, indent=1, sort_keys=True))
     else:
         click.echo(report.run_table(run))
-    sys.exit(1 if run["verdict"] == "fail" else 0)
+    # A check that did not see the node (no time, a tool that hung) is not a pass either.
+    sys.exit({"fail": 1, "error": 2}.get(run["verdict"], 0))
 
 
 def _print_group(result: ondemand.GroupReport, as_json: bool) -> None:
