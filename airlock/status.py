@@ -24,8 +24,8 @@ from airlock.slurm import Node, Slurm
 SCHEMA = 1
 STUCK_GRACE_S = 300.0  # [recovery] stuck_grace's default
 # Every value `airlock` (the node's Airlock state) can take; summary always carries all of them.
-STATES = ("healthy", "quarantined", "failed", "recovering", "drained-other", "down", "future",
-          "unknown")
+STATES = ("healthy", "quarantined", "failed", "own-error", "recovering", "drained-other", "down",
+          "future", "unknown")
 
 
 def classify(node: Node) -> str:
@@ -44,6 +44,8 @@ def classify(node: Node) -> str:
         return "quarantined"
     if parsed.state == "recover":
         return "recovering"
+    if parsed.own_error:
+        return "own-error"  # Airlock's own trouble: an operator fixes it, recovery never acts
     if parsed.state == "FAIL":
         return "failed"
     return "unknown"
@@ -215,7 +217,7 @@ def _took(s: float | None) -> str:
 
 def summary_line(data: dict[str, Any]) -> str:
     s = data["summary"]
-    main = ["healthy", "quarantined", "failed", "recovering"]
+    main = ["healthy", "quarantined", "failed", "own-error", "recovering"]
     parts = [f"{s.get(k, 0)} {k}" for k in main]
     parts += [f"{v} {k}" for k, v in s.items() if k not in main and v]
     parts += [f"{data[k]} {k}" for k in ("stuck", "errors") if data.get(k)]
