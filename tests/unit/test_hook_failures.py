@@ -55,3 +55,22 @@ def test_prolog_refuses_the_job_when_its_failure_drain_fails(tmp_path):
     assert p.returncode == 1, p.stderr
     assert "update" in log.read_text() or "show" in log.read_text()  # the drain was tried
     assert "gpu_count" in p.stderr and "drain failed" in p.stderr, p.stderr
+
+
+def test_a_pid_without_its_start_time_is_never_trusted_or_killed():
+    """Issue 17: with pid_start None (a suite that exited before the hook read its start time;
+    an adopted record), alive() took any process with that PID for the suite, and the watch
+    SIGKILLed its whole process group: an unrelated process that reused the PID."""
+    from airlock import boot
+    from airlock.hooks import gate
+
+    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                                start_new_session=True)
+    try:
+        assert not boot.alive(stranger.pid, None)
+        gate._kill_session(stranger.pid, None)
+        assert stranger.poll() is None, "an unrelated process group was killed"
+        assert boot.alive(stranger.pid, boot.process_start(stranger.pid))
+    finally:
+        stranger.kill()
+        stranger.wait()
