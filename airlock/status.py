@@ -14,7 +14,6 @@ from typing import Any
 
 from airlock import incidents, reasons
 from airlock.errors import ConfigError
-from airlock.paths import node_dir, shared_node_dir
 from airlock.recovery.machine import CLOSED, IN_FLIGHT, Obs, stuck_nodes
 from airlock.recovery.store import RecoveryStore
 from airlock.report import table
@@ -197,12 +196,8 @@ def _errors(cfg, node: str) -> dict[str, dict[str, Any]]:
     copy when there is a shared directory, else the node-local file when this host can see it
     (the same rule as for the node's results)."""
     try:
-        shared = shared_node_dir(cfg.shared_dir, node)
-        if shared is not None and (shared / incidents.FILE).exists():
-            return incidents.read(shared / incidents.FILE)
-        if local_readable(cfg, node):
-            return incidents.read(node_dir(cfg.state_dir, node) / incidents.FILE)
-        return {}
+        local = cfg.state_dir if local_readable(cfg, node) else ""
+        return incidents.read_node(local, cfg.shared_dir, node)
     except Exception:  # a broken errors file must not break status
         return {}
 

@@ -596,3 +596,25 @@ def test_batches_live_under_the_shared_root_never_a_node_placeholder(tmp_path):
     assert b.arrive("20260101T000000-1-aaa")
     assert (tmp_path / "shared" / ".batches" / "arrivals" / "aaa.json").exists()
     assert not any("{node}" in str(p) for p in tmp_path.rglob("*"))
+
+
+def test_own_errors_are_never_written_through_a_planted_link(tmp_path):
+    """Issue 17: incidents.record wrote <shared>/<node>/errors.json through a path that followed
+    links and skipped the owner check, so root wrote errors.json wherever a planted link
+    pointed. Now the shared copy is refused and named; the node-local copy is still written."""
+    from airlock import incidents
+
+    shared, target = tmp_path / "shared", tmp_path / "etc"
+    shared.mkdir()
+    target.mkdir()
+    (shared / "n1").symlink_to(target)
+    problem = incidents.record(str(tmp_path / "state"), str(shared), "n1", "prolog", "boom")
+    assert problem == ""  # written somewhere: the node-local copy
+    assert not (target / "errors.json").exists(), "followed the planted link"
+    assert incidents.read_node(str(tmp_path / "state"), "", "n1")["prolog"]["message"] == "boom"
+    # and nothing is read back through the link either
+    (target / "errors.json").write_text('{"prolog": {"message": "forged"}}')
+    assert incidents.read_node("", str(shared), "n1") == {}
+    incidents.clear(str(tmp_path / "state"), str(shared), "n1", "prolog")
+    assert (target / "errors.json").read_text() == '{"prolog": {"message": "forged"}}'
+    assert incidents.read_node(str(tmp_path / "state"), "", "n1") == {}
