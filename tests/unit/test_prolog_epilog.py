@@ -4,16 +4,12 @@ its GPU."""
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
 import sys
 
 import pytest
 
 from airlock import config as config_mod
-from airlock.dev.cluster import healthy_gpus
-from airlock.dev.proof import prove_boot
 from airlock.hooks import epilog
 
 # --- pure verdicts ----------------------------------------------------------------------------
@@ -131,22 +127,17 @@ def test_sections_validate():
     assert 79 in default and 13 not in default
 
 
-def test_prolog_never_imports_torch(tmp_path):
+def test_prolog_never_imports_torch(fake_node):
     """The prolog runs before every job: its whole path (a passing quick level) stays torch-free."""
-    sim = tmp_path / "gpus.json"
-    sim.write_text(json.dumps({"nodes": {"n1": {"gpus": healthy_gpus(8)}}}))
-    conf = tmp_path / "airlock.toml"
-    conf.write_text(f'state_dir = "{tmp_path}/state"\nlog_dir = "{tmp_path}/log"\n'
-                    f'[nvml]\nsimulate = "{sim}"\n')
-    prove_boot(conf, "n1")
+    node = fake_node()
+    node.prove()
     code = ("import sys; from airlock.hooks import prolog; rc = prolog.main(); "
             "print(rc, 'torch' in sys.modules)")
-    env = {"AIRLOCK_CONFIG": str(conf), "SLURMD_NODENAME": "n1", "SLURM_JOB_ID": "7",
-           "PATH": os.environ["PATH"]}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         timeout=60)
+    out = subprocess.run([sys.executable, "-c", code], env=node.env("prolog", job="7"),
+                         cwd=node.root, capture_output=True, text=True, timeout=60)
     assert out.stdout.split() == ["0", "False"], out.stderr
-    assert (tmp_path / "state" / "jobs" / "7.json").exists()
+    assert (node.root / "state" / "jobs" / "7.json").exists()
+    assert node.slurm.calls() == []  # the pass path asks Slurm nothing
 
 
 # --- the real cluster ---------------------------------------------------------------------------

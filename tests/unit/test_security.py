@@ -26,6 +26,7 @@ from airlock.checks import burnin, fleet, system
 from airlock.errors import AirlockError, ConfigError
 from airlock.recovery.providers.http import HttpProvider
 from airlock.recovery.settings import HttpSettings
+from tests.unit.fakeslurm import FakeSlurm
 
 NOBODY = 65534
 
@@ -464,9 +465,11 @@ def test_standard_level_opens_no_listener_beyond_loopback(tmp_path):
 
     from airlock.runner import run_level
 
+    fake = FakeSlurm(tmp_path / "slurm", nodes=["n1"])  # the GRES the standard level reads
     conf = tmp_path / "airlock.toml"
     conf.write_text(tomli_w.dumps({"state_dir": str(tmp_path / "state"),
-                                   "log_dir": str(tmp_path / "log")}))
+                                   "log_dir": str(tmp_path / "log"),
+                                   "slurm": {"bin_dir": fake.bin_dir}}))
     cfg = config.load(conf)
     with ListenerWatch() as watch:
         records, _ = run_level(cfg, "n1", "standard")
