@@ -4,6 +4,7 @@ its GPU."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
