@@ -37,7 +37,17 @@ from airlock.errors import NodeNotFound, SlurmError
 
 # Slurm releases the cluster suite runs against in CI (tests/cluster/conftest.py VARIANTS);
 # `airlock doctor` warns on any other. docs/guide.md's "Supported Slurm" table says what differs.
-TESTED_VERSIONS = ("22.05", "24.11")
+TESTED_VERSIONS = ("22.05", "24.11", "26.05")
+# The gate's Slurm settings that exist only from a release on, as (major, minor); each one's
+# behaviour was measured on the real daemons (docs/guide.md, "Supported Slurm"). Whether the
+# running Slurm has one is asked of it (its version, and the keys of `scontrol show config`),
+# never assumed from the version Airlock was installed for.
+SINCE = {
+    "HealthCheckNodeState=START_ONLY": (25, 11),
+    "HealthCheckNodeState=REBOOT_ONLY": (26, 5),
+    "HealthCheckTimeout": (26, 5),
+}
+_VERSION = re.compile(r"(?<![\d.])(\d{2})\.(\d{2})(?:\.(\d+))?(?![\d.])")
 SEARCH_DIRS = ("/usr/bin", "/usr/local/bin", "/opt/slurm/bin", "/usr/sbin", "/usr/local/sbin")
 DRAIN_FLAGS = frozenset({"DRAIN", "DRAINING", "DRAINED", "FAIL", "FAILING"})
 # "Reason=text [user@2026-11-30T08:00:00]": Slurm always appends who set it and when.
@@ -342,6 +352,25 @@ def _int(value: str) -> int:
         return 0
 
 
+def parse_version(text: str) -> tuple[int, int]:
+    """(major, minor) of a Slurm version as scontrol prints it: "slurm 22.05.8", "slurm-wlm
+    26.05.5", "SLURM_VERSION = 24.11.5", or "26.05" given by a person."""
+    m = _VERSION.search(text or "")
+    if not m:
+        raise SlurmError(f"not a Slurm version: {(text or '').strip()[:60]!r}")
+    return int(m.group(1)), int(m.group(2))
+
+
+def release(version: tuple[int, int]) -> str:
+    """(26, 5) -> "26.05"."""
+    return f"{version[0]:02d}.{version[1]:02d}"
+
+
+def has(version: tuple[int, int], setting: str) -> bool:
+    """This release has setting (a key of SINCE)."""
+    return version >= SINCE[setting]
+
+
 def expand(expr: str | Iterable[str]) -> list[str]:
     """Expand a hostlist expression ("node[1-4],gpu07") with python-hostlist."""
     if not isinstance(expr, str):
@@ -356,6 +385,7 @@ def collect(names: Iterable[str]) -> str:
     return hostlist.collect_hostlist(list(names))
 
 
+MIN_CALL_S = 0.2  # a call with less time than this left before the deadline is not started
 # (scontrol, SLURM_CONF) -> whether `scontrol --json` exists there; one question per process.
 _JSON_SUPPORT: dict[tuple[str, str], bool] = {}
 _UNKNOWN_OPTION = re.compile(r"unrecognized option|invalid option|unknown option", re.I)
@@ -371,10 +401,26 @@ class DrainResult:
 class Slurm:
     """A Slurm client: finds the binaries itself (hooks get no PATH) and never uses a shell."""
 
-    def __init__(self, bin_dir: str = "", conf: str = "", timeout: float = 15.0):
+    def __init__(self, bin_dir: str = "", conf: str = "", timeout: float = 15.0,
+                 deadline: float | None = None):
         self.bin_dir = bin_dir
         self.conf = conf
         self.timeout = timeout
+        # time.monotonic() by which every call must be over (a hook's share of the time Slurm
+        # gives it): each call's timeout is cut to what is left, and none starts without it
+        self.deadline = deadline
+
+    @contextlib.contextmanager
+    def sooner(self, share: float):
+        """Calls in this block end once `share` of the time left before the deadline is spent:
+        the rest is kept for what must follow them (no deadline: no change)."""
+        saved = self.deadline
+        if saved is not None:
+            self.deadline = time.monotonic() + max(0.0, saved - time.monotonic()) * share
+        try:
+            yield self
+        finally:
+            self.deadline = saved
 
     @classmethod
     def from_config(cls, cfg) -> Slurm:
@@ -408,11 +454,18 @@ class Slurm:
         """(exit status, stdout, stderr), or SlurmError when it cannot run or times out."""
         argv = [self.binary(tool), *args]
         limit = timeout or self.timeout
+        if self.deadline is not None:
+            left = self.deadline - time.monotonic()
+            if left < MIN_CALL_S:
+                raise SlurmError(f"{tool} {' '.join(args[:2])}: not started, no time left "
+                                 "(the hook's time limit)")
+            limit = min(limit, left)
         try:
             proc = subprocess.run(argv, capture_output=True, timeout=limit, env=self.env(),
                                   stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired:
-            raise SlurmError(f"{tool} {' '.join(args[:2])}: timed out after {limit:g} s") from None
+            raise SlurmError(f"{tool} {' '.join(args[:2])}: timed out after {limit:.3g} s") \
+                from None
         except OSError as exc:
             raise SlurmError(f"{tool}: cannot run: {exc.strerror}") from None
         # Decoded here, not by text=True: a reason is whatever bytes someone typed (not UTF-8,
@@ -446,6 +499,19 @@ class Slurm:
                 raise SlurmError(f"scontrol --json --version: {last}")
             known = _JSON_SUPPORT[key] = rc == 0
         return known
+
+    def version(self) -> tuple[int, int]:
+        """The running Slurm's release: the controller's (`scontrol show config`), else, when
+        no controller answers, that of the local scontrol (a node's Slurm matches its
+        controller's within the supported skew; a fragment is rendered for one release)."""
+        try:
+            conf = self.scontrol("show", "config")
+            found = re.search(r"^SLURM_VERSION\s*=\s*(\S+)", conf, re.M)
+            if found:
+                return parse_version(found.group(1))
+        except SlurmError:
+            pass
+        return parse_version(self.scontrol("--version"))
 
     def nodes(self, names: str | Iterable[str] | None = None,
               reader: str = "auto") -> list[Node]:

@@ -20,10 +20,15 @@ def render_cmd() -> None:
 @click.option("--healthcheck-program", default="", help="Override the HealthCheckProgram.")
 @click.option("--prolog", default="", help="Override the Prolog path.")
 @click.option("--epilog", default="", help="Override the Epilog path.")
+@click.option("--slurm-version", default="",
+              help="The Slurm release to render for (22.05, 24.11, 26.05, ...); default: the "
+                   "running Slurm's (scontrol show config, else scontrol --version).")
 @click.option("--interval", type=int, default=300, show_default=True,
-              help="HealthCheckInterval in seconds (0 = only at slurmd start).")
-@click.option("--node-state", default="ANY", show_default=True,
-              help=f"HealthCheckNodeState ({', '.join(render.NODE_STATES)}).")
+              help="HealthCheckInterval in seconds (0 = only at slurmd start: Slurm 25.11+, "
+                   "START_ONLY).")
+@click.option("--node-state", default="",
+              help=f"HealthCheckNodeState ({', '.join(render.NODE_STATES[:5])}); default ANY, "
+                   "START_ONLY with --interval 0.")
 @click.option("--prolog-epilog-timeout", type=int, default=60, show_default=True)
 @click.option("--reboot-program", default="", help="RebootProgram (default: a comment).")
 @click.option("--scheduler-parameters", default="",
@@ -31,9 +36,13 @@ def render_cmd() -> None:
 @click.option("--airlock-config", "config", default=config_mod.DEFAULT_PATH, show_default=True,
               help="The config path the hooks read.")
 @output
-def slurm_conf_cmd(output, **values) -> None:
-    """The slurm.conf fragment for this install's paths."""
-    render.write_output(render.slurm_conf(**values), output)
+def slurm_conf_cmd(output, slurm_version, **values) -> None:
+    """The slurm.conf fragment for this install's paths and Slurm release."""
+    if not slurm_version:
+        slurm_version = render.running_release()
+        click.echo(f"airlock render: for Slurm {slurm_version} (the running Slurm's; "
+                   "--slurm-version to choose)", err=True)
+    render.write_output(render.slurm_conf(slurm_version, **values), output)
 
 @render_cmd.command("systemd")
 @click.option("--airlock-bin", default="", help="The airlock executable (default: found).")

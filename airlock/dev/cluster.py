@@ -6,18 +6,23 @@ touches /etc. Every process started here carries AIRLOCK_DEVCLUSTER=<root> in it
 which is how stop() finds and kills leftovers (slurmstepd outlives a killed slurmd, and so do
 Airlock's detached suites) without touching anything else on the machine.
 
-Two Slurm versions: "22.05" runs the host's Debian 12 packages; "24.11" runs Debian 13's inside
-the chroot scripts/slurm-chroot.sh builds (shared by every cluster, so never written to). A 24.11
-cluster gets its own mount namespace, held by one small process: the chroot is mounted there as
-an overlay (writes go to a tmpfs), with /proc, /sys, /dev, the host's /tmp, the cluster's root,
-the host's Python and the project tree bound in at the same paths, so slurm.conf, airlock.toml,
-the hooks (the host's Airlock, started by the 24.11 slurmd) and the tests need no translation.
-None of these mounts is visible on the host and all of them end with the cluster's processes.
-Client commands reach the 24.11 controller through wrappers in <root>/slurm-bin (Airlock's
-[slurm] bin_dir): from the host they enter the namespace and the chroot, inside it they are the
-real binaries. `accounting=True` (24.11 only) sets AccountingStorageType=accounting_storage/
-slurmdbd pointed at a port nobody listens on: 23.11+ clears a resumed node's reason only when an
-accounting plugin is loaded, so this variant behaves like 22.05 on resume.
+Three Slurm versions: "22.05" runs the host's Debian 12 packages; "24.11" runs Debian 13's and
+"26.05" Debian sid's, each inside the chroot scripts/slurm-chroot.sh builds for it (shared by
+every cluster, so never written to). A chrooted cluster gets its own mount namespace, held by
+one small process: the chroot is mounted there as an overlay (writes go to a tmpfs), with /proc,
+/sys, /dev, the host's /tmp, the cluster's root, the host's Python and the project tree bound in
+at the same paths, so slurm.conf, airlock.toml, the hooks (the host's Airlock, started by the
+chrooted slurmd) and the tests need no translation. None of these mounts is visible on the host
+and all of them end with the cluster's processes. Client commands reach a chrooted controller
+through wrappers in <root>/slurm-bin (Airlock's [slurm] bin_dir): from the host they enter the
+namespace and the chroot, inside it they are the real binaries. `accounting=True` (24.11 and
+26.05) sets AccountingStorageType=accounting_storage/slurmdbd pointed at a port nobody listens
+on: 23.11+ clears a resumed node's reason only when an accounting plugin is loaded, so this
+variant behaves like 22.05 on resume.
+
+The Airlock lines of slurm.conf (HealthCheckProgram and its interval, node state and, on 26.05,
+HealthCheckTimeout; Prolog, Epilog, ...) are the ones `airlock render slurm-conf` renders for
+the cluster's version, so the tests run what a site installs.
 
 A fresh boot (`fresh_boot=True`: reboots, cloud power-ups) starts slurmd, and so everything it
 starts, in a new time namespace whose boot clock starts now and a private mount namespace with a
@@ -49,13 +54,17 @@ from typing import Any
 import tomli_w
 
 import airlock
+from airlock import render
 from airlock.paths import atomic_write_text
-from airlock.slurm import Node, Slurm, expand
+from airlock.slurm import Node, Slurm, expand, parse_version
 
 MARKER = "AIRLOCK_DEVCLUSTER"
-VERSIONS = ("22.05", "24.11")
-CHROOT = "/var/cache/airlock/trixie"  # scripts/slurm-chroot.sh (AIRLOCK_CHROOT overrides)
-CHROOT_MARK = "/etc/airlock-chroot"  # exists inside the chroot only
+VERSIONS = ("22.05", "24.11", "26.05")
+# The Debian suite whose chroot runs each version the host does not ship (scripts/slurm-chroot.sh
+# builds them in AIRLOCK_CHROOT_DIR, default /var/cache/airlock).
+SUITES = {"24.11": "trixie", "26.05": "sid"}
+CHROOT_DIR = "/var/cache/airlock"
+CHROOT_MARK = "/etc/airlock-chroot"  # exists inside a chroot only
 CLIENTS = ("scontrol", "sbatch", "srun", "sinfo", "scancel", "squeue", "strigger", "salloc")
 REBOOT_OFF_S = 3.0  # how long the RebootProgram's "machine" stays off
 # How long a new cloud instance takes to boot before its slurmd starts. slurmctld ignores a
@@ -73,8 +82,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def chroot_path(version: str) -> Path:
+    """Where scripts/slurm-chroot.sh builds the chroot of a chrooted version."""
+    return Path(os.environ.get("AIRLOCK_CHROOT_DIR") or CHROOT_DIR) / SUITES[version]
+
+
 def in_chroot() -> bool:
-    """True inside the 24.11 chroot (the hooks, RebootProgram and power programs run there)."""
+    """True inside a Slurm chroot (the hooks, RebootProgram and power programs run there)."""
     return os.path.exists(CHROOT_MARK)
 
 
@@ -154,12 +168,13 @@ class DevCluster:
         accounting: bool = False,
         chroot: str | os.PathLike | None = None,
         hooks: dict[str, str] | None = None,
+        slurm_settings: dict[str, str | None] | None = None,
     ):
         if slurm_version not in VERSIONS:
             raise ValueError(f"slurm_version must be one of {', '.join(VERSIONS)}, "
                              f"not {slurm_version!r}")
         if accounting and slurm_version == "22.05":
-            raise ValueError("accounting=True is a 24.11 variant (22.05 clears reasons without)")
+            raise ValueError("accounting=True is a 24.11+ variant (22.05 clears reasons without)")
         self.root = Path(root).resolve()
         self.nodes = list(nodes)
         self.future = list(future)
@@ -170,6 +185,9 @@ class DevCluster:
         # Slurm's own behaviour (the Slurm-version tests, tests/data/record.py); @ROOT@ in it
         # becomes the cluster's root (Slurm gives a hook no environment to find it by)
         self.hooks = dict(hooks or {})
+        # slurm.conf keys set to these values (a line of the same key replaced, else added):
+        # what a test of one Slurm setting changes
+        self.slurm_settings = dict(slurm_settings or {})
         self.partitions = partitions or {}
         self.features = features or {}
         self.cloud = list(cloud)
@@ -180,20 +198,20 @@ class DevCluster:
         self.ctld_port = free_port()
         # slurmctld queues accounting records for this port, where nothing ever listens
         self.dbd_port = free_port() if accounting else 0
-        self._setup(slurm_version, accounting,
-                    chroot or os.environ.get("AIRLOCK_CHROOT") or CHROOT)
+        self._setup(slurm_version, accounting, chroot)
 
-    def _setup(self, version: str, accounting: bool, chroot: str | os.PathLike) -> None:
+    def _setup(self, version: str, accounting: bool, chroot: str | os.PathLike | None) -> None:
         self.slurm_version = version
         self.accounting = accounting
-        self.chroot = Path(chroot)
+        self.chroot = Path(chroot) if chroot else \
+            chroot_path(version) if version in SUITES else Path("/")
         self.conf = self.root / "slurm.conf"
         self.airlock_conf = self.root / "airlock.toml"
         self.sim_file = self.root / "gpus.json"
         self.image_file = self.root / "cloud-image.json"
         self.munge_socket = self.root / "munge" / "run" / "munge.socket"
-        # 24.11: where the chroot is mounted in the cluster's namespace, the process holding
-        # that namespace, and the client wrappers that enter it
+        # 24.11, 26.05: where the chroot is mounted in the cluster's namespace, the process
+        # holding that namespace, and the client wrappers that enter it
         self.fs = self.root / "fs"
         self.ns_pid_file = self.root / "run" / "namespace.pid"
         self.slurm_bin = self.root / "slurm-bin" if self.chrooted else None
@@ -209,7 +227,7 @@ class DevCluster:
 
     @property
     def variant(self) -> str:
-        """"22.05", "24.11" or "24.11-dbd" (with the accounting plugin)."""
+        """The version, "-dbd" added with the accounting plugin: "22.05", "24.11-dbd", ..."""
         return self.slurm_version + ("-dbd" if self.accounting else "")
 
     @property
@@ -243,7 +261,7 @@ class DevCluster:
         self._write_hooks()
         if self.chrooted:
             self._write_clients()
-            # 24.11's slurmd always loads a cgroup plugin and fails without a cgroup filesystem;
+            # 24.11+'s slurmd always loads a cgroup plugin and fails without a cgroup filesystem;
             # 22.05 has no "disabled" and needs no cgroup.conf here.
             (self.root / "cgroup.conf").write_text("CgroupPlugin=disabled\n")
         self.conf.write_text(self.slurm_conf())
@@ -274,9 +292,10 @@ class DevCluster:
                 script.chmod(0o755)
                 continue
             extra = f" {name}-program" if target == "airlock.dev.cluster" else ""
-            # slurmctld runs the power programs with every descriptor closed: keep their words
-            log = f"exec >>{self.root}/log/{name}.out 2>&1\n" if name in ("suspend", "resume") \
-                else ""
+            # slurmctld runs the power programs (and a controller-side RebootProgram) with every
+            # descriptor closed: keep their words
+            log = f"exec >>{self.root}/log/{name}.out 2>&1\n" \
+                if name in ("suspend", "resume", "reboot") else ""
             script.write_text(
                 textwrap.dedent(f"""\
                 #!/bin/sh
@@ -289,9 +308,10 @@ class DevCluster:
             script.chmod(0o755)
 
     def _write_clients(self) -> None:
-        """<root>/slurm-bin/<tool> for 24.11. Inside the chroot (the hooks) it is the real
-        binary; from the host it enters the cluster's mount namespace and the chroot, in the
-        caller's working directory when that exists in there (sbatch records it for the job)."""
+        """<root>/slurm-bin/<tool> for a chrooted version. Inside the chroot (the hooks) it is
+        the real binary; from the host it enters the cluster's mount namespace and the chroot,
+        in the caller's working directory when that exists in there (sbatch records it for the
+        job)."""
         self.slurm_bin.mkdir(exist_ok=True)
         enter = (f'exec {_host_tool("nsenter")} --target "$(cat {self.ns_pid_file})" --mount -- '
                  f'{_host_tool("chroot")} {self.fs} /bin/sh -c \'cd "$0" 2>/dev/null; '
@@ -353,8 +373,9 @@ class DevCluster:
             "TreeWidth=65533",
             "MaxNodeCount=64",
             f"HealthCheckProgram={r}/bin/healthcheck",
-            f"HealthCheckInterval={self.health_interval}",
-            "HealthCheckNodeState=ANY",
+            # what `airlock render slurm-conf` renders for this version and interval
+            *(f"{k}={v}" for k, v in render.healthcheck_settings(
+                parse_version(self.slurm_version), self.health_interval).items()),
             f"RebootProgram={r}/bin/reboot",
             f"Prolog={r}/bin/prolog",
             f"Epilog={r}/bin/epilog",
@@ -388,7 +409,7 @@ class DevCluster:
         for part, members in self.partitions.items():
             lines.append(
                 f"PartitionName={part} Nodes={','.join(members)} MaxTime=INFINITE State=UP")
-        return "\n".join(lines) + "\n"
+        return "\n".join(_override(lines, self.slurm_settings)) + "\n"
 
     def write_airlock_config(self) -> None:
         slurm: dict[str, Any] = {"conf": str(self.conf), "timeout": 15}
@@ -429,13 +450,13 @@ class DevCluster:
         nodes.setdefault(node, sim_node(self.gpus_per_node)).update(values)
         self.write_sim(nodes)
 
-    # --- the 24.11 chroot's mount namespace ----------------------------------------------------
+    # --- a chrooted version's mount namespace --------------------------------------------------
     def _start_namespace(self) -> None:
         """One process, `sleep infinity` in a new private mount namespace, holds the mounts the
-        24.11 daemons and clients run in; they all enter it (nsenter) and the chroot."""
+        chrooted daemons and clients run in; they all enter it (nsenter) and the chroot."""
         if not (self.chroot / CHROOT_MARK.lstrip("/")).exists():
-            raise RuntimeError(f"no Slurm 24.11 chroot at {self.chroot}: run "
-                               "bash scripts/slurm-chroot.sh")
+            raise RuntimeError(f"no Slurm {self.slurm_version} chroot at {self.chroot}: run "
+                               f"bash scripts/slurm-chroot.sh {SUITES[self.slurm_version]}")
         fs, ovl, ready = self.fs, self.root / "run" / "overlay", self.root / "run" / "ns.ready"
         for d in (fs, ovl):
             d.mkdir(parents=True, exist_ok=True)
@@ -452,7 +473,7 @@ class DevCluster:
             f"mount -t sysfs sysfs {q(str(fs / 'sys'))}",
             f"mount --rbind /dev {q(str(fs / 'dev'))}",
             f"mount -t tmpfs -o mode=0755 airlock-run {q(str(fs / 'run'))}",
-            # 24.11 resolves SlurmctldHost=localhost to this machine's name
+            # 24.11+ resolves SlurmctldHost=localhost to this machine's name
             f"printf '127.0.0.1 localhost %s\\n' {q(socket.gethostname())} "
             f"> {q(str(fs / 'etc/hosts'))}",
         ]
@@ -573,7 +594,8 @@ class DevCluster:
         """The argv prefix of a machine that just booted: a new time namespace whose boot clock
         starts now, and a private mount namespace in which /proc/sys/kernel/random/boot_id is a
         new random UUID. Both hold for slurmd and everything it starts (hooks, suites, jobs).
-        Inside the chroot for 24.11 (its unshare, mount and sh), so the bind lands on its /proc."""
+        Inside the chroot of a chrooted version (its unshare, mount and sh), so the bind lands
+        on its /proc."""
         boot_id = self.root / "run" / f"boot_id-{name}"
         boot_id.write_text(f"{uuid.uuid4()}\n")
         return ["/usr/bin/unshare", "--time", "--mount", "--propagation", "private", "--fork",
@@ -635,7 +657,7 @@ class DevCluster:
 
     def members(self) -> list[int]:
         """Every live process of this cluster: those carrying the marker, and every process in
-        a mount namespace one of them was seen in (the 24.11 chroot's, a fresh boot's). 24.11's
+        a mount namespace one of them was seen in (a chroot's, a fresh boot's). 24.11+'s
         slurmstepd overwrites its environment with its process title, marker included."""
         me = os.getpid()
         marked = set(_pids_with_marker(str(self.root)))
@@ -703,8 +725,9 @@ class DevCluster:
     def leftover_mounts(self) -> list[str]:
         """Mounts of this cluster still alive: any on the host under its root or the chroot
         (there should never be one), and its namespaces while a process still holds one."""
+        prefixes = (f"{self.root}/", *((f"{self.chroot}/",) if self.chrooted else ()))
         left = [m for m in _host_mounts()
-                if m == str(self.root) or m.startswith((f"{self.root}/", f"{self.chroot}/"))]
+                if m == str(self.root) or m.startswith(prefixes)]
         for ns in sorted(self._seen_ns | ({self._ns} if self._ns else set())):
             left += [f"{ns} held by pid {p} ({' '.join(_cmdline(p))[:80]})"
                      for p in _pids_in_mount_ns(ns)]
@@ -769,7 +792,7 @@ class DevCluster:
         except (OSError, ValueError):
             meta = {}
         self._setup(meta.get("slurm_version", "22.05"), bool(meta.get("accounting")),
-                    meta.get("chroot") or CHROOT)
+                    meta.get("chroot") or None)
         self._started = True
         return self
 
@@ -778,6 +801,29 @@ class DevCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _override(lines: list[str], settings: dict[str, str]) -> list[str]:
+    """slurm.conf lines with each key of settings set to its value (keys compared as Slurm
+    does, without case): the line of that key replaced, or one added before the nodes; a value
+    of None removes the key's line."""
+    wanted = {k.lower(): f"{k}={v}" for k, v in settings.items() if v is not None}
+    dropped = {k.lower() for k, v in settings.items() if v is None}
+    out, done = [], set()
+    for line in lines:
+        key = line.split("=", 1)[0].lower()
+        if key in dropped:
+            continue
+        if key in wanted and key not in ("nodename", "partitionname"):
+            if key not in done:
+                out.append(wanted[key])
+                done.add(key)
+            continue
+        if key == "nodename" and len(done) < len(wanted):
+            out += [v for k, v in wanted.items() if k not in done]
+            done.update(wanted)
+        out.append(line)
+    return out + [v for k, v in wanted.items() if k not in done]
 
 
 def _host_tool(name: str) -> str:
@@ -866,35 +912,47 @@ def _kill(pid: int, sig: int) -> None:
         pass
 
 
-def reboot_program() -> int:
-    """RebootProgram for the dev cluster: restart the calling slurmd as a freshly booted node.
+def reboot_program(args: list[str] | None = None) -> int:
+    """RebootProgram for the dev cluster: restart each node as a freshly booted one.
 
-    Slurm runs RebootProgram with no arguments and no node name, so the node is found by walking
-    up to the slurmd that started us. The restart happens from a detached child because this
-    process dies with that slurmd.
+    On a node (the default) Slurm runs RebootProgram with no arguments and no node name, so the
+    node is found by walking up to the slurmd that started us. On the controller (26.05's
+    SlurmctldParameters=reboot_from_controller, or a PowerAction with Location=slurmctld) it
+    gets the node list as its first argument. The restart happens from a detached child:
+    a node-side caller dies with its slurmd, a controller-side one must return at once.
+    Every call is logged with its nodes and where it ran (log/reboot.out).
     """
-    pid = os.getppid()
-    name = None
-    while pid > 1:
-        cmd = _cmdline(pid)
-        if cmd and Path(cmd[0]).name == "slurmd" and "-N" in cmd:
-            name = cmd[cmd.index("-N") + 1]
-            break
-        pid = _ppid(pid)
+    args = list(args or [])
     root = os.environ.get(MARKER)
-    if not name or not root:
-        print("airlock dev cluster reboot: not called from a dev-cluster slurmd", file=sys.stderr)
+    if args:
+        names, where = expand(args[0]), "slurmctld"
+    else:
+        pid, names, where = os.getppid(), [], "slurmd"
+        while pid > 1:
+            cmd = _cmdline(pid)
+            if cmd and Path(cmd[0]).name == "slurmd" and "-N" in cmd:
+                names = [cmd[cmd.index("-N") + 1]]
+                break
+            pid = _ppid(pid)
+    if not names or not root:
+        print("airlock dev cluster reboot: not called from a dev-cluster slurmd or slurmctld "
+              "with a node list", file=sys.stderr)
         return 1
+    print(f"{time.time():.3f} reboot-program from {where}: {','.join(names)}", flush=True)
     if os.fork() == 0:
         os.setsid()
+        # slurmctld runs its programs with most signals blocked; slurmd would inherit that
+        signal.pthread_sigmask(signal.SIG_SETMASK, set())
         cluster = DevCluster.attach(root)
-        cluster.stop_node(name)
-        cluster.kill_node_processes(name)  # a real reboot ends everything that ran on the node
+        for name in names:
+            cluster.stop_node(name)
+            cluster.kill_node_processes(name)  # a real reboot ends everything that ran there
         # slurmctld completes a reboot only when the node reports a boot time no earlier than
         # the (whole-second) time the reboot was issued; the fresh boot clock starts about 1-2 s
         # in the past, so the "machine" stays off for a moment, as a real one would.
         time.sleep(REBOOT_OFF_S)
-        cluster.start_node(name, wait=False, fresh_boot=True)
+        for name in names:
+            cluster.start_node(name, wait=False, fresh_boot=True)
         os._exit(0)
     return 0
 
@@ -941,9 +999,9 @@ def _ppid(pid: int) -> int:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["reboot-program"]:
-        sys.exit(reboot_program())
+        sys.exit(reboot_program(sys.argv[2:]))
     if sys.argv[1:2] in (["suspend-program"], ["resume-program"]):
         sys.exit(power_program(sys.argv[1].split("-")[0], sys.argv[2:]))
-    print("usage: python -m airlock.dev.cluster reboot-program|suspend-program NODES|"
+    print("usage: python -m airlock.dev.cluster reboot-program [NODES]|suspend-program NODES|"
           "resume-program NODES", file=sys.stderr)
     sys.exit(2)

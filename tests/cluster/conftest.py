@@ -1,12 +1,18 @@
 """Cluster fixtures. Every test under tests/cluster/ is marked `cluster`.
 
-Every cluster test runs on each Slurm variant: "22.05" (the host's packages), "24.11" (Debian 13's,
-in the chroot scripts/slurm-chroot.sh builds) and, for tests marked
-`@pytest.mark.slurm_variants(...)` with it, "24.11-dbd" (24.11 with the slurmdbd accounting
-plugin, which changes what a resume does to the reason). The variant is a module-scoped
-parameter, so a module's own cluster fixture starts once per variant; test ids end in
-[22.05], [24.11] or [24.11-dbd]. AIRLOCK_SLURM_VARIANTS=22.05 (comma-separated) narrows a run
-while developing; CI sets nothing and runs every variant.
+The Slurm variants: "22.05" (the host's packages), "24.11" (Debian 13's) and "26.05" (Debian
+sid's), each chrooted one in the chroot scripts/slurm-chroot.sh builds, and "24.11-dbd" /
+"26.05-dbd" (with the slurmdbd accounting plugin, which changes what a resume does to the
+reason). The variant is a module-scoped parameter, so a module's own cluster fixture starts
+once per variant; test ids end in [22.05], [26.05], [24.11-dbd], ...
+
+Which variants a test runs on is chosen so that CI stays inside its budget and still sees every
+difference. An unmarked cluster test runs on DEFAULT_VARIANTS: the oldest release and the newest,
+which differ the most (no `scontrol --json` against HealthCheckTimeout and its 4 s boot hook).
+A test whose subject is what differs between releases says so with
+`@pytest.mark.slurm_variants(...)`: the version tests (test_slurm_versions.py) and the fault
+matrix run on all three releases, the resume paths also with accounting. AIRLOCK_SLURM_VARIANTS=
+22.05 (comma-separated) narrows a run while developing; CI sets nothing and runs every variant.
 
 `cluster_factory` starts a real Slurm cluster (munged, slurmctld, slurmd per node) in a short
 temp dir (munge's socket path must stay under 108 bytes) and stops everything by PID afterwards,
@@ -32,8 +38,11 @@ VARIANTS: dict[str, dict] = {
     "22.05": {"slurm_version": "22.05"},
     "24.11": {"slurm_version": "24.11"},
     "24.11-dbd": {"slurm_version": "24.11", "accounting": True},
+    "26.05": {"slurm_version": "26.05"},
+    "26.05-dbd": {"slurm_version": "26.05", "accounting": True},
 }
-DEFAULT_VARIANTS = ("22.05", "24.11")
+DEFAULT_VARIANTS = ("22.05", "26.05")
+RELEASES = ("22.05", "24.11", "26.05")  # every release, without accounting
 
 
 def pytest_collection_modifyitems(config, items) -> None:
@@ -62,27 +71,28 @@ def pytest_generate_tests(metafunc) -> None:
 
 
 REQUIRED = ("munged", "slurmctld", "slurmd", "scontrol", "sbatch")
-_chroot_ok: list[bool] = []
+_chroot_ok: set[str] = set()
 
 
 def require_slurm(variant: str = "22.05") -> None:
-    if VARIANTS[variant]["slurm_version"] == "22.05":
+    version = VARIANTS[variant]["slurm_version"]
+    if version == "22.05":
         path = os.environ.get("PATH", "") + ":/usr/sbin:/sbin"
         missing = [b for b in REQUIRED if shutil.which(b, path=path) is None]
         if missing:
             pytest.fail(f"Slurm test cluster needs {', '.join(missing)} (see .ci/run)")
         return
-    if not _chroot_ok:
-        check = subprocess.run(["bash", str(CHROOT_SCRIPT), "--check"], capture_output=True,
-                               text=True, timeout=30)
+    if version not in _chroot_ok:
+        check = subprocess.run(["bash", str(CHROOT_SCRIPT), "--check", version],
+                               capture_output=True, text=True, timeout=30)
         if check.returncode != 0:
-            pytest.fail(f"Slurm 24.11 needs its chroot: {check.stderr.strip()}")
-        _chroot_ok.append(True)
+            pytest.fail(f"Slurm {version} needs its chroot: {check.stderr.strip()}")
+        _chroot_ok.add(version)
 
 
 @pytest.fixture(scope="module")
 def slurm_variant(request) -> str:
-    """The Slurm variant of this test: "22.05", "24.11" or "24.11-dbd"."""
+    """The Slurm variant of this test: "22.05", "26.05", "24.11-dbd", ..."""
     require_slurm(request.param)
     return request.param
 

@@ -1,5 +1,6 @@
-"""`airlock render`: the committed slurm.conf.d fragment is exactly what the template renders,
-bad values are one-line errors, the systemd unit runs `airlock recover` with the config and
+"""`airlock render`: the committed slurm.conf.d fragments are exactly what the template renders
+for their releases, each release gets the settings measured best for it (and none that cannot
+work), bad values are one-line errors, the systemd unit runs `airlock recover` with the config and
 parses as a unit (configparser, and systemd-analyze verify: setup installs it), and the example
 config is valid. (That Slurm accepts the rendered fragment is proved in test_doctor.py, whose
 cluster Includes it.)"""
@@ -14,18 +15,20 @@ from pathlib import Path
 
 import pytest
 
-from airlock import render
+from airlock import render, slurm
 from airlock.config import DEFAULT_PATH
 from airlock.errors import AirlockError
+from tests.unit.fakeslurm import FakeSlurm
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_committed_fragment_matches_template():
-    committed = (ROOT / "slurm.conf.d" / "airlock.conf").read_text()
-    assert committed == render.slurm_conf(), (
-        "slurm.conf.d/airlock.conf drifted from templates/slurm-airlock.conf.j2: run "
-        "`airlock render slurm-conf -o slurm.conf.d/airlock.conf`")
+@pytest.mark.parametrize("name, release", sorted(render.COMMITTED.items()))
+def test_committed_fragments_match_template(name, release):
+    committed = (ROOT / "slurm.conf.d" / name).read_text()
+    assert committed == render.slurm_conf(release), (
+        f"slurm.conf.d/{name} drifted from templates/slurm-airlock.conf.j2: run `airlock render "
+        f"slurm-conf --slurm-version {release} -o slurm.conf.d/{name}`")
 
 
 def _settings(text: str) -> dict[str, str]:
@@ -34,8 +37,9 @@ def _settings(text: str) -> dict[str, str]:
 
 
 def test_fragment_carries_every_line_for_the_install_paths():
-    text = render.slurm_conf(bin_dir="/opt/airlock/bin", interval=120, node_state="cycle",
-                             prolog_epilog_timeout=45, reboot_program="/usr/sbin/reboot")
+    text = render.slurm_conf("22.05", bin_dir="/opt/airlock/bin", interval=120,
+                             node_state="cycle", prolog_epilog_timeout=45,
+                             reboot_program="/usr/sbin/reboot")
     assert _settings(text) == {
         "HealthCheckProgram": "/opt/airlock/bin/airlock-healthcheck",
         "HealthCheckInterval": "120",
@@ -46,16 +50,18 @@ def test_fragment_carries_every_line_for_the_install_paths():
         "SchedulerParameters": "nohold_on_prolog_fail",
         "RebootProgram": "/usr/sbin/reboot",
     }
-    assert "RebootProgram" not in _settings(render.slurm_conf())
-    assert "wrapper that exports AIRLOCK_CONFIG" in render.slurm_conf(config="/srv/a.toml")
-    assert "wrapper" not in render.slurm_conf()
+    assert "RebootProgram" not in _settings(render.slurm_conf("22.05"))
+    assert "wrapper that exports AIRLOCK_CONFIG" in render.slurm_conf("22.05",
+                                                                    config="/srv/a.toml")
+    assert "wrapper" not in render.slurm_conf("22.05")
 
 
 def test_site_scheduler_parameters_are_kept_and_nohold_added_once():
-    text = render.slurm_conf(scheduler_parameters="bf_continue, nohold_on_prolog_fail,defer")
+    text = render.slurm_conf("24.11",
+                             scheduler_parameters="bf_continue, nohold_on_prolog_fail,defer")
     assert _settings(text)["SchedulerParameters"] == "bf_continue,defer,nohold_on_prolog_fail"
     with pytest.raises(AirlockError, match="without spaces"):
-        render.slurm_conf(scheduler_parameters="bf_continue,max rpc")
+        render.slurm_conf("24.11", scheduler_parameters="bf_continue,max rpc")
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -64,24 +70,83 @@ def test_site_scheduler_parameters_are_kept_and_nohold_added_once():
     ({"prolog_epilog_timeout": 0}, "prolog-epilog-timeout"),
     ({"bin_dir": "relative/bin"}, "must be an absolute path"),
     ({"prolog": "/opt/my prolog"}, "must be an absolute path without spaces"),
+    ({"slurm_version": "latest"}, "slurm version 'latest'"),
 ])
 def test_bad_values_are_clear_errors(kwargs, message):
     with pytest.raises(AirlockError, match=message):
-        render.slurm_conf(**kwargs)
+        render.slurm_conf(**{"slurm_version": "26.05", **kwargs})
+
+
+# --- what each release offers the gate (measured: docs/guide.md, Supported Slurm) -------------
+def health(release: str, interval: int, node_state: str = "") -> dict[str, str]:
+    return render.healthcheck_settings(slurm.parse_version(release), interval, node_state)
+
+
+def test_26_05_timeout_is_below_every_interval_and_older_releases_have_none():
+    """26.05 wants HealthCheckTimeout below HealthCheckInterval (slurmctld logs an error
+    otherwise, and Slurm's default of 60 is not below a short interval): for every interval
+    Slurm accepts, the rendered timeout is at least 1 and below it, and as long as allowed up
+    to BOOT_HOLD_MAX_S (how long a boot-time run may hold the node's registration)."""
+    for interval in range(2, 65536):
+        timeout = int(health("26.05", interval)["HealthCheckTimeout"])
+        assert 1 <= timeout < interval and timeout == min(interval - 1, render.BOOT_HOLD_MAX_S)
+    assert health("26.05", 0)["HealthCheckTimeout"] == str(render.BOOT_HOLD_MAX_S)
+    with pytest.raises(AirlockError, match="interval 1: .*2 or more"):
+        health("26.05", 1)
+    for release in ("22.05", "24.11", "25.05", "25.11"):
+        assert "HealthCheckTimeout" not in health(release, 5)
+
+
+def test_interval_0_means_start_only_where_slurm_has_it_and_is_refused_before():
+    """Measured on 22.05, 24.11 and 26.05: HealthCheckInterval=0 switches the program off even
+    at slurmd start; START_ONLY (25.11+) runs it there only."""
+    for release in ("25.11", "26.05"):
+        assert health(release, 0)["HealthCheckNodeState"] == "START_ONLY"
+        assert health(release, 0, "start_only")["HealthCheckNodeState"] == "START_ONLY"
+    for release in ("22.05", "24.11"):
+        with pytest.raises(AirlockError, match="never runs the HealthCheckProgram, not even"):
+            health(release, 0)
+    with pytest.raises(AirlockError, match="interval 0 with node state ANY"):
+        health("26.05", 0, "ANY")
+    with pytest.raises(AirlockError, match="START_ONLY with interval 300"):
+        health("26.05", 300, "START_ONLY")
+    assert health("26.05", 300) == {"HealthCheckInterval": "300", "HealthCheckNodeState": "ANY",
+                                    "HealthCheckTimeout": "299"}
+
+
+def test_reboot_only_is_refused_on_every_release():
+    """REBOOT_ONLY (26.05) never isolates a new node or an unplanned reboot, and runs after a
+    planned one has registered (measured: the node was IDLE when the program ran)."""
+    for release in ("22.05", "26.05"):
+        with pytest.raises(AirlockError, match="REBOOT_ONLY.*never isolated"):
+            health(release, 300, "REBOOT_ONLY")
+
+
+def test_running_release_is_asked_of_the_running_slurm(tmp_path):
+    fake = FakeSlurm(tmp_path / "slurm", nodes=["n1"])
+    client = slurm.Slurm(bin_dir=fake.bin_dir)
+    assert render.running_release(client) == "22.05"  # the fake is 22.05's scontrol
+    fake.fail("show")  # no controller: the local scontrol's version
+    assert render.running_release(client) == "22.05"
+    with pytest.raises(AirlockError, match="cannot tell the Slurm release here.*--slurm-version"):
+        render.running_release(slurm.Slurm(bin_dir=str(tmp_path)))  # no Slurm at all
 
 
 def test_cli_writes_file_atomically_and_reports_errors(tmp_path):
     out = tmp_path / "airlock.conf"
     run = subprocess.run([sys.executable, "-m", "airlock.cli", "render", "slurm-conf",
-                          "--bin-dir", "/opt/x", "-o", str(out)], capture_output=True, text=True,
-                         timeout=30)
+                          "--slurm-version", "26.05", "--bin-dir", "/opt/x", "-o", str(out)],
+                         capture_output=True, text=True, timeout=30)
     assert run.returncode == 0, run.stderr
     assert "HealthCheckProgram=/opt/x/airlock-healthcheck" in out.read_text()
     assert [p.name for p in tmp_path.iterdir()] == ["airlock.conf"]
     bad = subprocess.run([sys.executable, "-m", "airlock.cli", "render", "slurm-conf",
-                          "--interval", "-5"], capture_output=True, text=True, timeout=30)
+                          "--slurm-version", "24.11", "--interval", "0"], capture_output=True,
+                         text=True, timeout=30)
     assert bad.returncode == 2
-    assert bad.stderr.strip() == "airlock: interval -5: must be >= 0 (0 disables the periodic run)"
+    assert bad.stderr.strip() == (
+        "airlock: interval 0: Slurm 24.11 then never runs the HealthCheckProgram, not even at "
+        "slurmd start (START_ONLY, which runs it there only, is 25.11+); use an interval")
 
 
 def test_example_config_is_valid(tmp_path):
