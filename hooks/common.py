@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 
 from airlock import boot as boot_mod
 from airlock import config as config_mod
-from airlock import faults, incidents, nodestate, paths
+from airlock import faults, incidents, nodestate, paths, slurmconf
 from airlock.errors import ConfigError, OwnError, where
 
 
@@ -39,6 +39,7 @@ class Hook:
         self.started = time.monotonic()
         self._salvaged: dict[str, Any] | None = None
         self._slurm: Any = None
+        self._deadline: tuple[float | None] | None = None  # (deadline,) once known
 
     # --- config, or what can be salvaged of it --------------------------------------------
     def load_config(self) -> Any:
@@ -63,13 +64,35 @@ class Hook:
         return self._salvaged[key]
 
     def slurm(self):
+        """The Slurm client of this run: each call ends by the run's deadline()."""
         if self._slurm is None:
             from airlock.slurm import Slurm  # only paths that talk to Slurm pay for it
 
             self._slurm = Slurm(bin_dir=self.setting("slurm.bin_dir"),
                                 conf=self.setting("slurm.conf"),
-                                timeout=self.cfg.slurm.timeout if self.cfg is not None else 15.0)
+                                timeout=self.cfg.slurm.timeout if self.cfg is not None else 15.0,
+                                deadline=self.deadline())
         return self._slurm
+
+    # --- the time Slurm gives this run ------------------------------------------------------
+    def deadline(self) -> float | None:
+        """time.monotonic() by which this run must be done with Slurm: the time Slurm gives
+        the hook (HealthCheckTimeout, else 60 s; PrologEpilogTimeout), counted from when slurmd
+        started this process, less slurmconf.SPARE_S. None: Slurm sets no limit."""
+        if self._deadline is None:
+            try:
+                conf = self.setting("slurm.conf")
+            except Exception:  # nothing of the config could be read: Slurm's own search
+                conf = ""
+            limit = slurmconf.hook_timeout(self.name, conf)
+            self._deadline = (None if limit is None
+                              else self.started - _age() + limit - slurmconf.SPARE_S,)
+        return self._deadline[0]
+
+    def time_left(self) -> float:
+        """Seconds left before deadline() (infinite without one)."""
+        deadline = self.deadline()
+        return float("inf") if deadline is None else deadline - time.monotonic()
 
     # --- the proof of this boot -------------------------------------------------------------
     def read_proof(self) -> nodestate.Proof:
@@ -116,6 +139,16 @@ class Hook:
                 fh.write(line)
         except Exception:  # the log is best effort; stderr already has the line
             pass
+
+
+def _age() -> float:
+    """Seconds since this process started (its start time in /proc, on the boot clock, which
+    time namespaces shift alike); 0 when that cannot be read."""
+    start = boot_mod.process_start(os.getpid())
+    if start is None:
+        return 0.0
+    age = boot_mod.uptime() - start / os.sysconf("SC_CLK_TCK")
+    return age if 0.0 <= age < 60.0 else 0.0
 
 
 class _Dirs(NamedTuple):

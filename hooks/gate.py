@@ -42,18 +42,16 @@ DIED = "suite died without a verdict"
 
 
 def start_suite(hook: Hook, trigger: str, attempt: int = 1) -> str:
-    """Isolate the node, record the suite for this boot, start it detached; return what
-    happened. Fails closed (OwnError) when the state or log directory cannot be written."""
+    """Record the suite for this boot, start it detached, then isolate the node; return what
+    happened. Fails closed (OwnError) when the state or log directory cannot be written.
+
+    Record first: Slurm kills the hook when its time is up (HealthCheckTimeout on 26.05, 4 s
+    with a 5 s interval), and a hook killed while scontrol waited for an absent controller used
+    to leave neither a drain nor a record. The suite then runs and drains the node itself as
+    soon as Slurm answers; the drain here is spent within the hook's time."""
     cfg, node = hook.cfg, hook.node
     level = cfg.registration.level
     now = hook.now or boot_mod.current(node)
-    try:
-        res = drains.isolate(hook.slurm(), node, level, trigger)
-        isolated = "drained" if res.changed else res.why
-    except SlurmError as exc:
-        # No controller: no job can be scheduled now; the prolog refuses any job until the
-        # suite passes, and the next hook run drains again.
-        isolated = f"drain failed ({exc}); the prolog refuses jobs until the suite passes"
     run_id = new_run_id(node)
     state = nodestate.NodeState(cfg, node)
     try:
@@ -69,8 +67,38 @@ def start_suite(hook: Hook, trigger: str, attempt: int = 1) -> str:
                      reason=reasons.failure(problem.subject, problem.detail).format())
         raise problem from None
     state.set_process(run_id, pid)
+    isolated = isolate_in_time(hook, level, trigger)
     again = f" (attempt {attempt})" if attempt > 1 else ""
     return f"{trigger}: {isolated}; registration suite {run_id} pid {pid}{again}"
+
+
+RETRY_S = 0.5  # between drain attempts while slurmctld does not answer
+
+
+def isolate_in_time(hook: Hook, level: str, trigger: str) -> str:
+    """Drain the node pending, trying again while slurmctld cannot be reached and the hook's
+    time lasts: at slurmd start the node registers only once the hook ends, so a drain that
+    lands in that time is in force before the node can take a job."""
+    while True:
+        try:
+            res = drains.isolate(hook.slurm(), hook.node, level, trigger)
+            return "drained" if res.changed else res.why
+        except SlurmError as exc:
+            failure = exc
+            if not _unreachable(exc) or hook.time_left() < RETRY_S + 1.0:
+                break
+        time.sleep(RETRY_S)
+    # No job can be scheduled without a controller; the suite drains the node once Slurm
+    # answers, and the prolog refuses any job until the suite passes.
+    return (f"drain failed ({failure}); left to the suite and the next run, the prolog "
+            "refuses jobs until the suite passes")
+
+
+def _unreachable(exc: SlurmError) -> bool:
+    """slurmctld did not answer (down, restarting, too slow), rather than refused."""
+    text = str(exc)
+    return "Unable to contact" in text or "timed out" in text or "Socket timed out" in text \
+        or "Connection refused" in text
 
 
 def _spawn(cfg, node: str, run_id: str, trigger: str) -> int:
@@ -223,7 +251,9 @@ def first_sight(hook: Hook, allow_adopt: bool) -> str:
     trigger = trigger_for(proof)
     if allow_adopt and trigger != "boot":
         try:
-            current = hook.slurm().node(hook.node)
+            # half of the hook's time at most: the record and the drain must follow it
+            with hook.slurm().sooner(0.5) as slurm:
+                current = slurm.node(hook.node)
         except SlurmError:
             current = None  # cannot tell: isolate (the suite waits for Slurm before heavy work)
         if current is not None and current.busy and slurm_saw_boot(current.boot_time, hook.now):

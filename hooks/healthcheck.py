@@ -23,7 +23,7 @@ import os
 import sys
 import time
 
-from airlock import finish, nodestate
+from airlock import finish, nodestate, slurmconf
 from airlock.hooks.common import Hook, guard
 
 
@@ -34,6 +34,9 @@ def periodic(hook: Hook) -> tuple[str, finish.Finished]:
     cfg, node = hook.cfg, hook.node
     started = time.time()
     deadline = time.monotonic() + cfg.healthcheck.budget
+    slurm_deadline = hook.deadline()
+    if slurm_deadline is not None:  # within the time Slurm gives the hook, a drain included
+        deadline = min(deadline, slurm_deadline - slurmconf.DRAIN_RESERVE_S)
     records, ctx = run_level(cfg, node, "quick", deadline=deadline)
     run = finish.summarize(node, "quick", "periodic", records, started, ctx.profile_name)
     slurm = hook.slurm() if run["verdict"] == "fail" else None
