@@ -2,6 +2,7 @@
 
     python tests/data/record.py 22.05   # the host's Slurm, into tests/data/22.05/
     python tests/data/record.py 24.11   # the chroot's (scripts/slurm-chroot.sh), tests/data/24.11/
+    python tests/data/record.py 26.05   # sid's chroot, tests/data/26.05/
 
 A dev cluster with plain hooks (exit 0: Slurm's own behaviour, not Airlock's) is put into every
 state the parsers must read, then each reader's output is saved as Slurm printed it, with TZ=UTC
@@ -9,7 +10,7 @@ state the parsers must read, then each reader's output is saved as Slurm printed
 
     node1  IDLE+DRAIN, Airlock's reason          node2  IDLE+DRAIN, a hostile foreign reason
     node3  a running job, then drained            node4  slurmd stopped, set DOWN with a reason
-    node5  drained, then resumed (24.11 without accounting keeps the reason)
+    node5  drained, then resumed (24.11 and 26.05 without accounting keep the reason)
     node9  FUTURE, drained with a reason          cloud1 CLOUD, powered down
 """
 
@@ -32,7 +33,7 @@ HOSTILE = "disk swap [ticket 42] Reason=x k=v [bob@2026-01-01T00:00:00] ünïcod
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("version", choices=("22.05", "24.11"))
+    ap.add_argument("version", choices=("22.05", "24.11", "26.05"))
     args = ap.parse_args()
     out = HERE / args.version
     out.mkdir(exist_ok=True)

@@ -1,6 +1,7 @@
-"""The node readers on output recorded from real Slurm 22.05 and 24.11 (tests/data/<version>/,
-made by tests/data/record.py), and on generated hostile reasons: `scontrol -o` text and JSON
-(24.11's `scontrol --json`, 22.05's `sinfo --json`) must give identical Node records."""
+"""The node readers on output recorded from real Slurm 22.05, 24.11 and 26.05
+(tests/data/<version>/, made by tests/data/record.py), and on generated hostile reasons:
+`scontrol -o` text and JSON (24.11's and 26.05's `scontrol --json`, data_parser v0.0.42 and
+v0.0.45; 22.05's `sinfo --json`) must give identical Node records."""
 
 import json
 import os
@@ -22,6 +23,8 @@ from airlock.slurm import (
 )
 
 DATA = Path(__file__).parents[1] / "data"
+RELEASES = ("22.05", "24.11", "26.05")
+JSON_RELEASES = ("24.11", "26.05")  # scontrol --json (23.02+)
 HOSTILE = "disk swap [ticket 42] Reason=x k=v [bob@2026-01-01T00:00:00] ünïcode ✓ ]["
 
 
@@ -70,6 +73,7 @@ def test_recorded_2205_output_parses_every_field_we_use():
 
 
 @pytest.mark.parametrize("version, json_file", [("24.11", "show-node.json"),
+                                                ("26.05", "show-node.json"),
                                                 ("22.05", "sinfo.json")])
 def test_text_and_json_give_identical_nodes(version, json_file):
     text, js = text_nodes(version), json_nodes(version, json_file)
@@ -80,7 +84,7 @@ def test_text_and_json_give_identical_nodes(version, json_file):
     assert len(text) == 7
 
 
-@pytest.mark.parametrize("version", ["22.05", "24.11"])
+@pytest.mark.parametrize("version", RELEASES)
 def test_recorded_states_and_reasons(version):
     n = text_nodes(version)
     assert n["node1"].owned and n["node1"].reason_user == "root"
@@ -89,26 +93,27 @@ def test_recorded_states_and_reasons(version):
     assert n["node4"].state == "DOWN" and n["node4"].reason_in_force == "Not responding"
     assert n["node9"].state == "FUTURE" and n["node9"].foreign_drain
     assert n["cloud1"].flags == {"CLOUD", "POWERED_DOWN"}
-    # node5 was drained by Airlock, then resumed: in service on both versions, no claim
+    # node5 was drained by Airlock, then resumed: in service on every version, no claim
     node5 = n["node5"]
     assert node5.state_text == "IDLE" and not node5.drained
     assert node5.claim is None and not node5.owned and not node5.foreign_drain
     assert node5.reason_in_force == ""
     if version == "24.11":  # no accounting plugin: the old reason stays (Slurm issue 50933)
         assert node5.reason == "airlock: pending standard check new"
-    else:
+    else:  # 22.05, and 26.05 (the fix released) clear it
         assert node5.reason == ""
 
 
 def test_single_node_query_matches_the_full_listing():
-    for version in ("22.05", "24.11"):
+    for version in RELEASES:
         (one,) = parse_show_node((DATA / version / "show-node2-o.txt").read_text())
         assert one == text_nodes(version)["node2"]
-    (js,) = parse_node_json((DATA / "24.11" / "show-node2.json").read_text())
-    assert js == text_nodes("24.11")["node2"]
+    for version in JSON_RELEASES:
+        (js,) = parse_node_json((DATA / version / "show-node2.json").read_text())
+        assert js == text_nodes(version)["node2"]
 
 
-@pytest.mark.parametrize("version", ["22.05", "24.11"])
+@pytest.mark.parametrize("version", RELEASES)
 def test_reason_with_line_break(version):
     """`-o` shows "first [user@time]   second": not parsed as if it were certain."""
     text = (DATA / version / "newline-reason-o.txt").read_text()
@@ -117,14 +122,28 @@ def test_reason_with_line_break(version):
     (lenient,) = parse_show_node(text, strict=False)
     assert lenient.reason.startswith("first line [root@") and lenient.reason.endswith("second line")
     assert lenient.drained and lenient.foreign_drain and not lenient.owned
-    if version == "24.11":
+    if version in JSON_RELEASES:
         (exact,) = parse_node_json((DATA / version / "newline-reason.json").read_text())
         assert exact.reason == "first line\nsecond line" and exact.foreign_drain
 
 
-def test_2411_sinfo_json_is_grouped_and_refused():
+@pytest.mark.parametrize("version", JSON_RELEASES)
+def test_sinfo_json_from_24_11_is_grouped_and_refused(version):
     with pytest.raises(SlurmError, match="grouped form"):
-        parse_node_json((DATA / "24.11" / "sinfo.json").read_text())
+        parse_node_json((DATA / version / "sinfo.json").read_text())
+
+
+def test_recorded_versions_and_data_parsers():
+    """What was recorded is what the directory says: the daemons' version on every node line,
+    the data_parser of the JSON (26.05 moved on to v0.0.45; the reader needs no change)."""
+    for version in RELEASES:
+        lines = (DATA / version / "show-node-o.txt").read_text().splitlines()
+        seen = {t.split("=", 1)[1] for line in lines for t in line.split()
+                if t.startswith("Version=")}
+        assert {v.rsplit(".", 1)[0] for v in seen} == {version}, seen
+    parsers = {v: json.loads((DATA / v / "show-node.json").read_text())["meta"]["plugin"]
+               ["data_parser"] for v in JSON_RELEASES}
+    assert parsers == {"24.11": "data_parser/v0.0.42", "26.05": "data_parser/v0.0.45"}
 
 
 @pytest.mark.parametrize("line", ["", "garbage", "Node=x State=IDLE", "NodeName=x Arch=y",
@@ -162,18 +181,19 @@ def test_no_nodes_message_is_empty_list():
 
 # --- hostile reasons through both readers ---------------------------------------------------
 def _template(version: str) -> tuple[str, dict]:
-    """node2's recorded line up to its reason, and its JSON record (24.11) or a v0.0.38 one."""
+    """node2's recorded line up to its reason, and its JSON record (24.11, 26.05) or a v0.0.38
+    one (22.05's sinfo)."""
     line = (DATA / version / "show-node2-o.txt").read_text().strip()
     head = line[: line.index("Reason=")]
-    if version == "24.11":
-        rec = RECORD
+    if version in JSON_RELEASES:
+        rec = json.loads((DATA / version / "show-node2.json").read_text())["nodes"][0]
     else:
         recs = json.loads((DATA / "22.05" / "sinfo.json").read_text())["nodes"]
         rec = next(r for r in recs if r["name"] == "node2")
     return head, rec
 
 
-TEMPLATES = {v: _template(v) for v in ("22.05", "24.11")}
+TEMPLATES = {v: _template(v) for v in RELEASES}
 PIECES = ["[", "]", "][", "Reason=", "Reason=x", "k=v", "Key=Value", "[root@2026-11-30T08:00:00]",
           "[bob@2026-01-01T00:00:00] State=IDLE", "@", "airlock:", "airlock: FAIL", "ünïcode",
           "✓", "日本語", "\u2028", "\u2029", "\x85", "\x0b", "\x0c", "\x1c", "\r", "(null)", "None",
@@ -186,13 +206,14 @@ hostile = st.lists(st.one_of(st.sampled_from(PIECES),
 
 
 @settings(max_examples=300, deadline=None)
-@given(reason=hostile, version=st.sampled_from(["22.05", "24.11"]))
+@given(reason=hostile, version=st.sampled_from(RELEASES))
 def test_hostile_reasons_round_trip_through_both_readers(reason, version):
     head, rec = TEMPLATES[version]
     user, when = "root", "2026-12-01T00:58:51"
     text = parse_node_line(f"{head}Reason={reason} [{user}@{when}]")
     epoch = int(time.mktime(time.strptime(when, "%Y-%m-%dT%H:%M:%S")))
-    changed = {"set": True, "infinite": False, "number": epoch} if version == "24.11" else epoch
+    changed = {"set": True, "infinite": False, "number": epoch} if version in JSON_RELEASES \
+        else epoch
     (js,) = parse_node_json(json.dumps({"nodes": [{**rec, "reason": reason,
                                                    "reason_set_by_user": user,
                                                    "reason_changed_at": changed}]}))
