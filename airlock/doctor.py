@@ -16,8 +16,9 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from airlock import boot, incidents, nodestate, nvml
+from airlock import boot, incidents, nodestate, nvml, render, slurmconf
 from airlock import config as config_mod
+from airlock import slurm as slurm_mod
 from airlock.checks.context import Context
 from airlock.checks.devices import simulated_view
 from airlock.errors import AirlockError
@@ -118,8 +119,12 @@ def check_interval(conf: dict[str, str], budget: float) -> list[Item]:
     except (ValueError, IndexError):
         return [Item(FAIL, "HealthCheckInterval", f"unreadable value {raw!r}")]
     state = conf.get("HealthCheckNodeState", "")
-    if interval == 0:
-        item = Item(WARN, "HealthCheckInterval", "0: the quick checks run only at slurmd start")
+    if interval == 0 and "START_ONLY" in state.upper():
+        item = Item(OK, "HealthCheckInterval", "0: at slurmd start only (START_ONLY); no "
+                    "periodic quick level, the prolog's runs before every job")
+    elif interval == 0:
+        item = Item(WARN, "HealthCheckInterval", "0: Slurm never runs the HealthCheckProgram, "
+                    "not even at slurmd start; the prolog is the only lock")
     elif interval < 2 * budget:
         item = Item(WARN, "HealthCheckInterval", f"{interval} s is below twice the hook budget "
                     f"({budget:g} s): runs may overlap")
@@ -135,6 +140,70 @@ def check_interval(conf: dict[str, str], budget: float) -> list[Item]:
     else:
         items.append(Item(WARN, "PrologEpilogTimeout", "not set: Slurm waits forever for a hung "
                           "prolog or epilog"))
+    return items
+
+
+def check_mechanisms(conf: dict[str, str], budget: float) -> list[Item]:
+    """What the running Slurm offers the gate, asked of it (SLURM_VERSION and the keys of its
+    config), against what is configured; a better mechanism available but unused is a WARN
+    naming it. The measurements behind each rule: docs/guide.md, Supported Slurm."""
+    try:
+        version = slurm_mod.parse_version(conf.get("SLURM_VERSION", ""))
+    except AirlockError:
+        return []  # check_version says so
+    state = conf.get("HealthCheckNodeState", "ANY").upper()
+    try:
+        interval = int(conf.get("HealthCheckInterval", "0").split()[0])
+    except (ValueError, IndexError):
+        return []  # check_interval says so
+    items = []
+    if "REBOOT_ONLY" in state:
+        items.append(Item(FAIL, "HealthCheckNodeState", "REBOOT_ONLY: Slurm runs the "
+                          "HealthCheckProgram only after `scontrol reboot`, once the node is "
+                          "already in service; new nodes and unplanned reboots are never "
+                          "isolated. Use ANY (or START_ONLY with HealthCheckInterval=0)"))
+    elif "START_ONLY" in state and interval:
+        items.append(Item(WARN, "HealthCheckNodeState", f"START_ONLY: the HealthCheckProgram "
+                          f"runs at slurmd start only; HealthCheckInterval={interval} runs "
+                          "nothing (no periodic quick level)"))
+    elif interval == 0 and "START_ONLY" not in state \
+            and slurm_mod.has(version, "HealthCheckNodeState=START_ONLY"):
+        items.append(Item(WARN, "HealthCheckNodeState", f"{state or 'ANY'} with "
+                          "HealthCheckInterval=0: Slurm never runs the HealthCheckProgram; "
+                          f"Slurm {slurm_mod.release(version)} has START_ONLY, which runs it at "
+                          "slurmd start (`airlock render slurm-conf --interval 0`)"))
+    raw = conf.get("HealthCheckTimeout")
+    if raw is None:
+        # no such setting in this release (before 26.05): the fixed 60 s, which the hooks read
+        items.append(Item(OK, "HealthCheckTimeout", f"none in Slurm "
+                          f"{slurm_mod.release(version)}: the fixed 60 s"))
+        return items
+    try:
+        timeout = int(raw.split()[0])
+    except (ValueError, IndexError):
+        return items + [Item(WARN, "HealthCheckTimeout", f"unreadable value {raw!r}")]
+    try:
+        best = render.healthcheck_settings(version, interval, "START_ONLY" if not interval
+                                           and "START_ONLY" in state else "")
+    except AirlockError:
+        best = {}
+    want = best.get("HealthCheckTimeout", "")
+    hint = f"; `airlock render slurm-conf` sets {want}" if want else ""
+    if timeout == 0:  # how 26.05 shows an unset one; slurmd applies 60
+        late = f", not below HealthCheckInterval={interval} (slurmctld logs an error)" \
+            if interval and interval <= 60 else ""
+        items.append(Item(WARN, "HealthCheckTimeout", f"not set (Slurm's 60 s){late}: at boot "
+                          "the hook could hold the node's registration until slurmctld takes "
+                          f"its drain for longer{hint}"))
+    elif interval and timeout >= interval:
+        items.append(Item(WARN, "HealthCheckTimeout", f"{timeout} s is not below "
+                          f"HealthCheckInterval={interval} (slurmctld logs an error){hint}"))
+    elif timeout < budget + slurmconf.SPARE_S + slurmconf.DRAIN_RESERVE_S:
+        left = max(0.0, timeout - slurmconf.SPARE_S - slurmconf.DRAIN_RESERVE_S)
+        items.append(Item(WARN, "HealthCheckTimeout", f"{timeout} s: the periodic quick level "
+                          f"gets about {left:g} s of its [healthcheck] budget of {budget:g} s"))
+    else:
+        items.append(Item(OK, "HealthCheckTimeout", f"{timeout} s"))
     return items
 
 
@@ -372,6 +441,7 @@ def run(config_path: str | None, node: str, torch_check: bool = True) -> list[It
         items += check_scheduler(conf)
         budget = cfg.healthcheck.budget if cfg is not None else 30.0
         items += check_interval(conf, budget)
+        items += check_mechanisms(conf, budget)
     if cfg is not None:
         items += check_node_state(cfg, node)
         items += check_nvml(cfg, node)

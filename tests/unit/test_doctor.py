@@ -33,7 +33,11 @@ def test_doctor_unreachable_slurm_is_one_line(tmp_path):
 
 def test_interval_and_timeout_items():
     items = doctor.check_interval({"HealthCheckInterval": "0"}, 30)
-    assert items[0].status == "WARN" and "only at slurmd start" in items[0].detail
+    assert items[0].status == "WARN" and "never runs the HealthCheckProgram, not even at " \
+        "slurmd start" in items[0].detail
+    start_only = doctor.check_interval({"HealthCheckInterval": "0",
+                                        "HealthCheckNodeState": "START_ONLY"}, 30)
+    assert start_only[0].status == "OK" and "at slurmd start only" in start_only[0].detail
     assert items[1].status == "WARN"  # PrologEpilogTimeout unset
     assert doctor.check_interval({"HealthCheckInterval": "40 sec"}, 30)[0].status == "WARN"
     assert doctor.check_interval({"HealthCheckInterval": "7200"}, 30)[0].status == "WARN"
@@ -79,9 +83,9 @@ def test_torch_judged_against_the_profile(seen, status, detail):
 DATA = Path(__file__).parents[1] / "data"
 
 
-@pytest.mark.parametrize("version", ["22.05", "24.11"])
+@pytest.mark.parametrize("version", ["22.05", "24.11", "26.05"])
 def test_hooks_and_version_from_recorded_show_config(version):
-    """22.05 prints `Prolog = x`; 24.11 prints `Prolog[0] = x` and leaves unset ones out."""
+    """22.05 prints `Prolog = x`; 24.11+ print `Prolog[0] = x` and leave unset ones out."""
     conf = doctor.parse_show_config((DATA / version / "show-config.txt").read_text())
     for key in ("Prolog", "Epilog"):
         (path,) = doctor.hook_paths(conf, key)
@@ -99,5 +103,68 @@ def test_hook_lists_and_untested_versions():
     assert doctor.hook_paths(conf, "Epilog") == []
     assert doctor.hook_paths({"PrologSlurmctld": "/x"}, "Prolog") == []
     (v,) = doctor.check_version(conf)
-    assert v.status == "WARN" and "never tested in CI" in v.detail and "22.05, 24.11" in v.detail
+    assert v.status == "WARN" and "never tested in CI" in v.detail \
+        and "22.05, 24.11, 26.05" in v.detail
     assert doctor.check_version({})[0].status == "WARN"
+
+
+def mechanisms(version: str, budget: float = 30, **conf: str) -> dict[str, doctor.Item]:
+    return {i.name: i for i in doctor.check_mechanisms({"SLURM_VERSION": version, **conf},
+                                                       budget)}
+
+
+def test_mechanisms_from_recorded_show_config():
+    """What each release offers is asked of the running Slurm: 26.05's show config carries
+    HealthCheckTimeout (as "0 sec" when unset: slurmd applies 60), older ones do not."""
+    old = doctor.check_mechanisms(doctor.parse_show_config(
+        (DATA / "24.11" / "show-config.txt").read_text()), 30)
+    assert [(i.name, i.status) for i in old] == [("HealthCheckTimeout", "OK")]
+    assert "none in Slurm 24.11: the fixed 60 s" in old[0].detail
+    new = doctor.parse_show_config((DATA / "26.05" / "show-config.txt").read_text())
+    # the recording cluster's slurm.conf is what `airlock render` sets for a 3600 s interval
+    assert new["HealthCheckTimeout"] == "600 sec" and new["HealthCheckInterval"] == "3600 sec"
+    assert [(i.name, i.status) for i in doctor.check_mechanisms(new, 30)] == [
+        ("HealthCheckTimeout", "OK")]
+    # measured on 26.05.5: an unset HealthCheckTimeout shows as "0 sec" (slurmd applies 60)
+    (item,) = doctor.check_mechanisms({**new, "HealthCheckTimeout": "0 sec"}, 30)
+    assert item.status == "WARN" and item.detail.startswith("not set (Slurm's 60 s): at boot")
+    assert item.detail.endswith("`airlock render slurm-conf` sets 600")
+
+
+def test_a_better_mechanism_available_but_unused_is_named():
+    unset_short = mechanisms("26.05.5", HealthCheckInterval="5 sec", HealthCheckTimeout="0 sec")
+    assert "not below HealthCheckInterval=5 (slurmctld logs an error)" in \
+        unset_short["HealthCheckTimeout"].detail
+    assert unset_short["HealthCheckTimeout"].detail.endswith("sets 4")
+    too_long = mechanisms("26.05.5", HealthCheckInterval="300 sec", HealthCheckTimeout="300 sec")
+    assert too_long["HealthCheckTimeout"].status == "WARN" and "not below" in \
+        too_long["HealthCheckTimeout"].detail
+    short = mechanisms("26.05.5", HealthCheckInterval="5 sec", HealthCheckTimeout="4 sec")
+    assert short["HealthCheckTimeout"].status == "WARN"
+    assert "quick level gets about 2.5 s of its [healthcheck] budget of 30 s" in \
+        short["HealthCheckTimeout"].detail
+    assert mechanisms("26.05.5", budget=2, HealthCheckInterval="5 sec",
+                      HealthCheckTimeout="4 sec")["HealthCheckTimeout"].status == "OK"
+    good = mechanisms("26.05.5", HealthCheckInterval="300 sec", HealthCheckNodeState="ANY",
+                      HealthCheckTimeout="299 sec")
+    assert [(i.name, i.status) for i in good.values()] == [("HealthCheckTimeout", "OK")]
+    # no periodic run: START_ONLY where Slurm has it (25.11+), nothing to offer before
+    zero = mechanisms("25.11.2", HealthCheckInterval="0 sec", HealthCheckNodeState="ANY")
+    assert zero["HealthCheckNodeState"].status == "WARN" and "has START_ONLY" in \
+        zero["HealthCheckNodeState"].detail
+    assert "HealthCheckNodeState" not in mechanisms("24.11.5", HealthCheckInterval="0 sec")
+    only = mechanisms("26.05.5", HealthCheckInterval="0 sec", HealthCheckNodeState="START_ONLY",
+                      HealthCheckTimeout="600 sec")
+    assert [(i.name, i.status) for i in only.values()] == [("HealthCheckTimeout", "OK")]
+
+
+def test_reboot_only_fails_and_start_only_with_an_interval_warns():
+    reboot = mechanisms("26.05.5", HealthCheckInterval="300 sec",
+                        HealthCheckNodeState="REBOOT_ONLY", HealthCheckTimeout="299 sec")
+    assert reboot["HealthCheckNodeState"].status == "FAIL"
+    assert "new nodes and unplanned reboots are never isolated" in \
+        reboot["HealthCheckNodeState"].detail
+    start = mechanisms("26.05.5", HealthCheckInterval="300 sec",
+                       HealthCheckNodeState="START_ONLY", HealthCheckTimeout="299 sec")
+    assert start["HealthCheckNodeState"].status == "WARN"
+    assert "no periodic quick level" in start["HealthCheckNodeState"].detail
