@@ -57,6 +57,9 @@ def start_suite(hook: Hook, trigger: str, attempt: int = 1) -> str:
     try:
         state.start(run_id, now, os.getpid(), level, trigger, attempt)
     except OSError as exc:
+        # This boot's drain first, as on the way in: it replaces whatever a previous boot left
+        # (an earlier failure included), so the own error that follows is what the node shows.
+        isolate_in_time(hook, level, trigger)
         raise OwnError("state_dir", f"{state.path.parent}: {exc.strerror or exc}") from None
     try:
         pid = _spawn(cfg, node, run_id, trigger)
@@ -65,6 +68,7 @@ def start_suite(hook: Hook, trigger: str, attempt: int = 1) -> str:
         problem = OwnError("log_dir", f"{folder}: {exc.strerror or exc}")
         state.finish(run_id, "error", error=str(problem),
                      reason=reasons.failure(problem.subject, problem.detail).format())
+        isolate_in_time(hook, level, trigger)  # (as above)
         raise problem from None
     state.set_process(run_id, pid)
     isolated = isolate_in_time(hook, level, trigger)
