@@ -1,17 +1,19 @@
 """Cluster fixtures. Every test under tests/cluster/ is marked `cluster`.
 
 The Slurm variants: "22.05" (the host's packages), "24.11" (Debian 13's) and "26.05" (Debian
-sid's), each chrooted one in the chroot scripts/slurm-chroot.sh builds, and "24.11-dbd" /
-"26.05-dbd" (with the slurmdbd accounting plugin, which changes what a resume does to the
-reason). The variant is a module-scoped parameter, so a module's own cluster fixture starts
-once per variant; test ids end in [22.05], [26.05], [24.11-dbd], ...
+sid's), each chrooted one in the chroot scripts/slurm-chroot.sh builds, and "24.11-dbd" (24.11
+with the slurmdbd accounting plugin, without which 24.11 keeps the reason of a resumed node;
+22.05 and 26.05 clear it either way, so they need no such variant). The variant is a
+module-scoped parameter, so a module's own cluster fixture starts once per variant; test ids
+end in [22.05], [26.05], [24.11-dbd], ...
 
 Which variants a test runs on is chosen so that CI stays inside its budget and still sees every
 difference. An unmarked cluster test runs on DEFAULT_VARIANTS: the oldest release and the newest,
 which differ the most (no `scontrol --json` against HealthCheckTimeout and its 4 s boot hook).
 A test whose subject is what differs between releases says so with
 `@pytest.mark.slurm_variants(...)`: the version tests (test_slurm_versions.py) and the fault
-matrix run on all three releases, the resume paths also with accounting. AIRLOCK_SLURM_VARIANTS=
+matrix's Slurm-sensitive faults run on all three releases, 24.11's resume paths also with
+accounting. AIRLOCK_SLURM_VARIANTS=
 22.05 (comma-separated) narrows a run while developing; CI sets nothing and runs every variant.
 
 `cluster_factory` starts a real Slurm cluster (munged, slurmctld, slurmd per node) in a short
@@ -39,7 +41,6 @@ VARIANTS: dict[str, dict] = {
     "24.11": {"slurm_version": "24.11"},
     "24.11-dbd": {"slurm_version": "24.11", "accounting": True},
     "26.05": {"slurm_version": "26.05"},
-    "26.05-dbd": {"slurm_version": "26.05", "accounting": True},
 }
 DEFAULT_VARIANTS = ("22.05", "26.05")
 RELEASES = ("22.05", "24.11", "26.05")  # every release, without accounting
@@ -49,10 +50,14 @@ def pytest_collection_modifyitems(config, items) -> None:
     only = [v for v in os.environ.get("AIRLOCK_SLURM_VARIANTS", "").split(",") if v]
     keep, drop = [], []
     for item in items:
-        if HERE in Path(item.fspath).parents:
-            item.add_marker(pytest.mark.cluster)
         spec = getattr(item, "callspec", None)
         variant = spec.params.get("slurm_variant") if spec is not None else None
+        if HERE in Path(item.fspath).parents:
+            item.add_marker(pytest.mark.cluster)
+        # the unit of work for `--dist loadgroup` (pyproject.toml): a file, and a cluster test
+        # file once per variant (a module-scoped cluster is one per variant either way)
+        group = item.nodeid.split("::", 1)[0] + (f"[{variant}]" if variant else "")
+        item.add_marker(pytest.mark.xdist_group(group))
         (drop if only and variant is not None and variant not in only else keep).append(item)
     if drop:  # deselected, not skipped: the run says it ran fewer tests
         config.hook.pytest_deselected(items=drop)

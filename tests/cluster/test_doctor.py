@@ -14,8 +14,8 @@ from airlock import doctor, render
 from airlock.dev.cluster import DevCluster
 from tests.cluster.conftest import running_cluster
 
-HOOK_KEYS = ("HealthCheckProgram", "HealthCheckInterval", "HealthCheckNodeState", "Prolog",
-             "Epilog", "PrologEpilogTimeout")
+HOOK_KEYS = ("HealthCheckProgram", "HealthCheckInterval", "HealthCheckNodeState",
+             "HealthCheckTimeout", "Prolog", "Epilog", "PrologEpilogTimeout")
 
 
 class IncludedCluster(DevCluster):
@@ -25,7 +25,8 @@ class IncludedCluster(DevCluster):
         lines = [ln for ln in super().slurm_conf().splitlines()
                  if ln.split("=", 1)[0] not in HOOK_KEYS]
         bin_dir = self.root / "bin"
-        fragment = render.slurm_conf(healthcheck_program=f"{bin_dir}/healthcheck",
+        fragment = render.slurm_conf(self.slurm_version,
+                                     healthcheck_program=f"{bin_dir}/healthcheck",
                                      prolog=f"{bin_dir}/prolog", epilog=f"{bin_dir}/epilog",
                                      interval=300, prolog_epilog_timeout=30)
         (self.root / "airlock-slurm.conf").write_text(fragment)
@@ -60,7 +61,7 @@ def _doctor(c: DevCluster, *args: str, config: Path | None = None) -> tuple[int,
 def test_doctor_passes_on_a_good_install(cluster):
     conf = doctor.parse_show_config(cluster.slurm.scontrol("show", "config"))
     assert conf["HealthCheckProgram"] == f"{cluster.root}/bin/healthcheck"
-    # 22.05 prints "Prolog", 24.11 "Prolog[0]"
+    # 22.05 prints "Prolog", 24.11+ "Prolog[0]"
     assert doctor.hook_paths(conf, "Prolog") == [f"{cluster.root}/bin/prolog"]
     rc, lines = _doctor(cluster)
     assert rc == 0, lines
@@ -69,6 +70,11 @@ def test_doctor_passes_on_a_good_install(cluster):
                  "Prolog", "Epilog", "HealthCheckInterval", "PrologEpilogTimeout", "NVML"):
         assert lines[item].startswith("OK "), (item, lines[item])
     assert lines["HealthCheckInterval"] == "OK 300 s, node state ANY"
+    # what the running Slurm offers, asked of it: 26.05's timeout as rendered, none before
+    release = cluster.slurm_version
+    assert lines["HealthCheckTimeout"] == ("OK 299 s" if release == "26.05" else
+                                           f"OK none in Slurm {release}: the fixed 60 s")
+    assert "HealthCheckNodeState" not in lines
     assert lines["NVML"].endswith(": 8 GPUs")
 
 
@@ -109,9 +115,3 @@ def test_doctor_finds_missing_slurm_lines_in_real_config(cluster):
     assert items["Prolog"].status == "FAIL" and "not set" in items["Prolog"].detail
     assert items["HealthCheckProgram"].status == "FAIL"
     assert items["Epilog"].status == "OK"
-
-
-
-
-
-

@@ -9,9 +9,12 @@ own trouble. Registration runs the quick level here (seconds), except where a sl
 point; tests/cluster/test_registration.py covers the standard level.
 
 Variants: the faults that meet Slurm's version differences (a FUTURE node registering, resume
-and the reason left behind, BootTime) run on 22.05 and 24.11; the ones that are Airlock's own
-logic against the node's disk, record or clock run on 22.05 only (and the disk ones must: a tmpfs
-mounted on the host after a 24.11 cluster started is not in that cluster's mount namespace).
+and the reason left behind, BootTime, the controller's absence at boot) run on all three
+releases; the ones that are Airlock's own logic against the node's record, clock, config or
+crashes run on 22.05 and 26.05, whose hooks have the most and the least time (60 s; 4 s with
+the 5 s interval here: HealthCheckTimeout). The disk test runs on 22.05 only: a chrooted
+cluster binds /tmp without its submounts, so the tmpfs it mounts is not in that cluster's
+mount namespace (the logic it tests does not depend on the release).
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from airlock.hooks import gate
 from airlock.hooks.common import Hook
 from airlock.nodestate import RUNNING, NodeState, Proof
 from airlock.registration import Suite
-from tests.cluster.conftest import RELEASES
+from tests.cluster.conftest import DEFAULT_VARIANTS, RELEASES
 
 QUICK = {"registration": {"level": "quick"}}
 # A warning passes (a CPU "device" that straggled on these shared cores warns, never drains).
@@ -129,7 +132,7 @@ def test_controller_down_while_a_node_boots(cluster_factory):
     assert state_of(c, "node2").load()["run_id"] == rec["run_id"]
 
 
-@pytest.mark.slurm_variants("22.05")
+@pytest.mark.slurm_variants(*DEFAULT_VARIANTS)
 def test_prolog_refuses_jobs_on_a_boot_without_proof(cluster_factory):
     """The second lock alone: no periodic run (interval 1 h), the node's proof is gone (a lost
     state disk), a job arrives: the prolog refuses it, drains the node, starts the suite, and
@@ -148,7 +151,7 @@ def test_prolog_refuses_jobs_on_a_boot_without_proof(cluster_factory):
 
 # --- the config ----------------------------------------------------------------------------------
 @pytest.mark.parametrize("fault", ["broken", "missing"])
-@pytest.mark.slurm_variants("22.05", "24.11")
+@pytest.mark.slurm_variants(*RELEASES)
 def test_config_fault_at_reboot_fails_closed_and_proven_nodes_keep_working(cluster_factory,
                                                                          fault):
     c = cluster_factory(nodes=["node1", "node2"], airlock=QUICK)
@@ -233,7 +236,7 @@ def test_full_or_read_only_state_dir(cluster_factory, tiny_fs):
     wait_reason(c, "node1", f"airlock: FAIL state_dir {state}: Read-only file system")
 
 
-@pytest.mark.slurm_variants("22.05")
+@pytest.mark.slurm_variants(*DEFAULT_VARIANTS)
 def test_unwritable_log_dir_fails_closed(cluster_factory):
     c = cluster_factory(start=False, nodes=["node1"], airlock=QUICK)
     c.write_files()
@@ -252,7 +255,7 @@ def test_unwritable_log_dir_fails_closed(cluster_factory):
 
 
 # --- the record ----------------------------------------------------------------------------------
-@pytest.mark.slurm_variants("22.05")
+@pytest.mark.slurm_variants(*DEFAULT_VARIANTS)
 def test_damaged_or_copied_record_is_no_proof(cluster_factory):
     c = cluster_factory(nodes=["node1", "node2"], airlock=QUICK)
     first1 = wait_proven(c, "node1")
@@ -272,7 +275,7 @@ def test_damaged_or_copied_record_is_no_proof(cluster_factory):
     wait_proven(c, "node2")
 
 
-@pytest.mark.slurm_variants("22.05")
+@pytest.mark.slurm_variants(*DEFAULT_VARIANTS)
 def test_wall_clock_step_is_not_a_reboot(cluster_factory):
     """chrony steps the clock 45 s on a busy, proven node: no drain, no suite over the job."""
     if shutil.which("faketime") is None:
@@ -295,7 +298,7 @@ def test_wall_clock_step_is_not_a_reboot(cluster_factory):
 
 
 # --- slurmctld away at the end of the suite ------------------------------------------------------
-@pytest.mark.slurm_variants("22.05", "24.11")
+@pytest.mark.slurm_variants(*RELEASES)
 def test_resume_that_fails_once_is_retried_by_the_next_hook(cluster_factory):
     # (A registered node, rebooted: slurmctld forgets that a FUTURE node registered when it
     # restarts, and would not ask it for health checks until it registers again.)
@@ -323,7 +326,7 @@ def test_resume_that_fails_once_is_retried_by_the_next_hook(cluster_factory):
     assert state.load()["slurm_pending"] == ""
 
 
-@pytest.mark.slurm_variants("22.05")
+@pytest.mark.slurm_variants(*DEFAULT_VARIANTS)
 def test_controller_gone_during_the_checks_is_not_the_node_s_failure(cluster_factory):
     """slurmctld goes away after the suite confirmed isolation: gpu_count still compares the
     GRES, as Slurm showed it then, and passes (a CI run had drained a healthy node
@@ -344,7 +347,7 @@ def test_controller_gone_during_the_checks_is_not_the_node_s_failure(cluster_fac
 
 
 # --- a hook and the suite at the same moment -----------------------------------------------------
-@pytest.mark.slurm_variants("22.05", "24.11")
+@pytest.mark.slurm_variants(*RELEASES)
 def test_a_hook_that_saw_the_suite_running_never_undoes_its_pass(cluster_factory):
     """The race a CI run caught: a hook read node.json while the suite ran; the suite then
     recorded its pass, resumed the node and exited; the hook, acting on what it had read, drained
@@ -381,7 +384,7 @@ def test_a_hook_that_saw_the_suite_running_never_undoes_its_pass(cluster_factory
 
 
 # --- hooks that crash ----------------------------------------------------------------------------
-@pytest.mark.slurm_variants("22.05")
+@pytest.mark.slurm_variants(*DEFAULT_VARIANTS)
 def test_hook_exceptions_close_unproven_boots_and_stay_visible_on_proven_ones(cluster_factory):
     c = cluster_factory(nodes=["node1"], future=["node2"], airlock=QUICK)
     wait_proven(c, "node1")
@@ -412,7 +415,7 @@ def test_hook_exceptions_close_unproven_boots_and_stay_visible_on_proven_ones(cl
 
 
 # --- installing Airlock on a running cluster -----------------------------------------------------
-@pytest.mark.slurm_variants("22.05", "24.11")
+@pytest.mark.slurm_variants(*RELEASES)
 def test_install_on_a_running_cluster_adopts_busy_nodes(cluster_factory):
     c = cluster_factory(nodes=["node1", "node2"],
                         airlock={"registration": {"enabled": False, "level": "standard"}})

@@ -78,9 +78,10 @@ def healthy_and_free(cluster, db, node):
         and n.state == "IDLE"
 
 
-# Also with slurmdbd accounting: the reboot -> re-check -> resume path, where 24.11 without it
-# keeps every reason (FAIL, recover, pending) on the node and 22.05 clears them.
-@pytest.mark.slurm_variants("22.05", "24.11", "24.11-dbd")
+# On every release, and 24.11 also with slurmdbd accounting: the reboot -> re-check -> resume
+# path, where 24.11 without it keeps every reason (FAIL, recover, pending) on the node and 22.05
+# and 26.05 clear them.
+@pytest.mark.slurm_variants("22.05", "24.11", "24.11-dbd", "26.05")
 def test_reboot_fails_again_then_replace_through_http_cloud(cluster_factory, tmp_path):
     cloud = FakeCloud().start()
     cluster = cluster_factory(start=False, nodes=["node1", "node2", "node3"],

@@ -33,9 +33,10 @@ def hook_log(cluster, name):
     return p.read_text() if p.exists() else ""
 
 
-# Also on 24.11 with the slurmdbd accounting plugin: how a resume treats the reason is what
-# differs (tests/cluster/test_slurm_versions.py), and this is the quarantine -> resume path.
-@pytest.mark.slurm_variants("22.05", "24.11", "24.11-dbd")
+# On every release, and 24.11 also with the slurmdbd accounting plugin: how a resume treats the
+# reason is what differs (tests/cluster/test_slurm_versions.py), and this is the quarantine ->
+# resume path.
+@pytest.mark.slurm_variants("22.05", "24.11", "24.11-dbd", "26.05")
 def test_new_node_takes_no_job_before_its_checks_pass(cluster_factory):
     c = cluster_factory(nodes=["node1"], future=["node2"])
     wait_done(c, "node1")

@@ -14,7 +14,7 @@ from airlock import reasons, status
 from airlock.dev.cluster import host_uptime
 from tests.cluster.conftest import running_cluster
 
-ALL = ("22.05", "24.11", "24.11-dbd")
+ALL = ("22.05", "24.11", "24.11-dbd", "26.05")
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 # Record each run's boot identity as the hook sees it (a hook gets only SLURMD_NODENAME).
 HEALTHCHECK = """#!/bin/sh
@@ -49,7 +49,7 @@ def drain_then_resume(c, node: str):
 
 
 # --- a resume without an accounting plugin keeps the reason (23.11+, Slurm issue 50933) -----
-@pytest.mark.slurm_variants("22.05", "24.11-dbd")
+@pytest.mark.slurm_variants("22.05", "24.11-dbd", "26.05")
 def test_resume_clears_the_reason(vc):
     first, n = drain_then_resume(vc, "node1")
     # (IDLE+NOT_RESPONDING until slurmctld's next ping, on every version)
@@ -89,7 +89,7 @@ def _future_registers(c):
     return c.wait(lambda: (n := c.node("node9")).state == "IDLE" and n, 30, "node9 IDLE")
 
 
-@pytest.mark.slurm_variants("22.05", "24.11-dbd")
+@pytest.mark.slurm_variants("22.05", "24.11-dbd", "26.05")
 def test_future_node_loses_its_reason_at_registration(vc):
     n = _future_registers(vc)
     # still drained, but by nobody's claim: Airlock must neither resume nor call it foreign
@@ -128,7 +128,7 @@ def _reboot_to_resume(c):
                   "node3 back in service")
 
 
-@pytest.mark.slurm_variants("22.05", "24.11-dbd")
+@pytest.mark.slurm_variants("22.05", "24.11-dbd", "26.05")
 def test_reboot_to_resume_clears_the_reason(vc):
     n = _reboot_to_resume(vc)
     assert n.reason == "" and status.classify(n) == "healthy"
@@ -142,7 +142,7 @@ def test_reboot_to_resume_keeps_the_reason_without_accounting(vc):
 
 
 # --- the dev cluster's own promises, per version --------------------------------------------
-@pytest.mark.slurm_variants("22.05", "24.11")
+@pytest.mark.slurm_variants("22.05", "24.11", "26.05")
 def test_fresh_boot_presents_a_new_boot_id_and_a_small_uptime(vc):
     host_boot_id = BOOT_ID.read_text().strip()
     (first_id, first_up), = hc_runs(vc, "node4")  # started as the cluster came up: no reboot
@@ -161,7 +161,7 @@ def test_fresh_boot_presents_a_new_boot_id_and_a_small_uptime(vc):
     assert BOOT_ID.read_text().strip() == host_boot_id
 
 
-@pytest.mark.slurm_variants("22.05", "24.11")
+@pytest.mark.slurm_variants("22.05", "24.11", "26.05")
 def test_clients_reach_this_version_and_json_is_detected(vc):
     version = vc.run(["scontrol", "--version"]).split()[-1]
     assert version.startswith(vc.slurm_version + ".")
