@@ -125,7 +125,7 @@ def healthcheck_settings(version: tuple[int, int], interval: int = 300,
     out = {"HealthCheckInterval": str(interval), "HealthCheckNodeState": state or "ANY"}
     if slurm_mod.has(version, "HealthCheckTimeout"):
         if interval == 1:
-            raise AirlockError("interval 1: Slurm 26.05 needs HealthCheckTimeout below "
+            raise AirlockError(f"interval 1: Slurm {name} needs HealthCheckTimeout below "
                                "HealthCheckInterval and at least 1; use an interval of 2 or more")
         out["HealthCheckTimeout"] = str(min(interval - 1, BOOT_HOLD_MAX_S) if interval
                                         else BOOT_HOLD_MAX_S)

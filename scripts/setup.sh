@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up a fresh Debian 12 machine (as root) to run Airlock, its demo and its tests:
-# Slurm 22.05 and munge from Debian, Slurm 24.11 in a Debian 13 chroot beside it (built once,
-# cached in /var/cache/airlock), the CPU build of torch, then Airlock with its test extras.
+# Slurm 22.05 and munge from Debian, Slurm 24.11 and 26.05 in Debian 13 and sid chroots beside
+# it (built once, cached in /var/cache/airlock), the CPU build of torch, then Airlock with its
+# test extras.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,8 +21,9 @@ if [ "${#need[@]}" -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 
-# The cluster tests run on both Slurm versions: 24.11's chroot (milliseconds when cached).
-bash scripts/slurm-chroot.sh >/dev/null
+# The cluster tests run on three Slurm releases: the chroots of 24.11 (trixie) and 26.05 (sid),
+# about two minutes each the first time, milliseconds when cached.
+bash scripts/slurm-chroot.sh trixie sid >/dev/null
 
 PY=${PYTHON:-python3}
 # torch first and pinned: an unpinned torch would pull a multi-GB CUDA build.

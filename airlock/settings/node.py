@@ -53,7 +53,9 @@ class HealthcheckSection(Section):
     level: str = setting(
         "quick",
         'level of the periodic HealthCheckProgram run; only quick (never torch)')
-    budget: float = setting(30.0, 'whole hook budget; Slurm kills HealthCheckProgram at 60 s')
+    budget: float = setting(
+        30.0, 'whole hook budget; within the time Slurm gives the hook (HealthCheckTimeout, '
+        '60 s before 26.05), less a second kept for a drain')
 
     def validate(self) -> None:
         choice(self.level, ("quick",), "level")
