@@ -177,7 +177,13 @@ class Bench:
 
     # --- slurmctld's HTTP endpoints -----------------------------------------------------------
     def http(self) -> None:
-        c = self.cluster(nodes=["node1", "node2", "node3"])
+        for metrics in ("", "metrics/openmetrics"):
+            self._http(metrics)
+
+    def _http(self, metrics: str) -> None:
+        c = self.cluster(nodes=["node1", "node2", "node3"],
+                         slurm_settings={"MetricsType": metrics or None})
+        self.say(f"http: MetricsType={metrics or 'unset'}")
         try:
             c.start(wait=True)
             c.slurm.drain("node2", "airlock: FAIL row_remap gpu0")
@@ -195,11 +201,14 @@ class Bench:
                 return code, (time.perf_counter() - t0) * 1000, body
 
             for path in ("/healthz", "/readyz", "/metrics/nodes"):
-                best = min((get(path) for _ in range(5)), key=lambda r: r[1])
-                code, ms, body = best
-                names = sorted({ln.split("{")[0] for ln in body.splitlines()
-                                if ln and not ln.startswith("#")})
-                extra = f"; series: {', '.join(names)}" if path.startswith("/metrics") else ""
+                code, _, body = get(path)
+                ms = min(get(path)[1] for _ in range(5))
+                names = sorted({ln.split("{")[0].split()[0] for ln in body.splitlines()
+                                if ln.strip() and not ln.startswith("#")})
+                per_node = sorted({n for n in names if n.startswith("slurm_node_")})
+                extra = f"; per-node series: {', '.join(per_node) or 'none'}; the body: " \
+                    f"{len(body)} bytes{', ' + repr(body[:40]) if len(body) < 40 else ''}" \
+                    if path.startswith("/metrics") else ""
                 self.say(f"http: GET {path}: {code} in {ms:.1f} ms (best of 5){extra}")
             for argv in (["scontrol", "ping"], ["scontrol", "-o", "--future", "show", "node"]):
                 times = []
@@ -286,6 +295,7 @@ class Bench:
 # One HTTP POST over a unix socket, as a program of its own: it runs as slurmrestd's user.
 POST = """
 import json, socket, time
+from http.client import HTTPConnection
 
 def post(sock, path, body):
     class Conn(HTTPConnection):
