@@ -49,6 +49,7 @@ SECTIONS: dict[str, str] = {
     "burnin": "airlock.settings.checks:BurninSection",
     "memtest": "airlock.settings.checks:MemtestSection",
     "allreduce": "airlock.settings.checks:AllreduceSection",
+    "dcgm": "airlock.settings.checks:DcgmSection",
     "recovery": "airlock.recovery.settings:RecoverySection",
     "metrics": "airlock.settings.node:MetricsSection",
     "prolog": "airlock.settings.node:PrologSection",

@@ -48,6 +48,9 @@ CHECKS: tuple[CheckSpec, ...] = (
               timeout_key="burnin.timeout"),
     CheckSpec("memtest", HEAVY, "airlock.checks.memtest:check_memtest", isolated=True,
               timeout_key="memtest.timeout"),
+    # DCGM runs its own processes under its own time limit (a hang is inconclusive, never a
+    # verdict); the registry's timeout is only the backstop above it.
+    CheckSpec("dcgm", ALL, "airlock.checks.dcgm:check_dcgm", timeout_key="dcgm.check_timeout"),
     CheckSpec("allreduce", HEAVY, "airlock.checks.allreduce:check_allreduce", isolated=True,
               timeout_key="allreduce.check_timeout"),
 )

@@ -241,3 +241,53 @@ class ProfileSection(Section):
     @property
     def needs_slurm(self) -> bool:  # for choosing the profile (not for the GRES)
         return bool(self.by_partition or self.by_feature)
+
+
+# DCGM's run levels (dcgmi diag -r N): 1 about a minute, 2 a few minutes, 3 about 15-30
+# minutes, 4 (extended) over an hour, per NVIDIA's DCGM diagnostics guide.
+DCGM_LEVELS = (0, 1, 2, 3, 4)
+
+
+class DcgmSection(Section):
+    """[dcgm]: DCGM diagnostics (checks/dcgm.py)."""
+    dcgmi: str = setting(
+        "dcgmi",
+        'dcgmi to run: a name looked up in PATH and /usr/bin, /usr/local/bin, /usr/sbin, '
+        '/opt/nvidia/dcgm/bin, or an absolute path. Not found: the check skips, saying so.')
+    host: str = setting("", 'nv-hostengine to use (dcgmi --host); "" = the local default')
+    quick_level: int = setting(
+        0,
+        'DCGM level (dcgmi diag -r) at Airlock level quick; 0 = not run there. The periodic '
+        "hook's budget cannot hold even level 1 on every SKU.")
+    standard_level: int = setting(2, 'at level standard (registration): 2 = PCS MEDIUM')
+    deep_level: int = setting(3, 'at level deep: 3 = PCS LONG; 4 = extended (over an hour)')
+    timeouts: list[float] = setting(
+        factory=lambda: [300.0, 900.0, 2700.0, 7200.0],
+        doc='seconds for one dcgmi run at DCGM level 1, 2, 3, 4; past it the run is killed and '
+            'the check is inconclusive (never a hardware verdict)')
+    warn_tests: list[str] = setting(
+        factory=list,
+        doc='DCGM tests (as DCGM names them: software, memory, pcie, ...) whose failure only '
+            'warns')
+    args: list[str] = setting(factory=list, doc='more dcgmi diag arguments, e.g. ["-p", "..."]')
+
+    def timeout_for(self, level: int) -> float:
+        return self.timeouts[level - 1]
+
+    @property
+    def check_timeout(self) -> float:
+        # The runner's backstop sits above dcgmi's own limit, so a hang is named by the check
+        # (inconclusive) rather than cut by the runner (a timeout FAIL).
+        used = [self.timeout_for(lv) for lv in
+                (self.quick_level, self.standard_level, self.deep_level) if lv]
+        return max(used or [60.0]) + 30.0
+
+    def validate(self) -> None:
+        for key in ("quick_level", "standard_level", "deep_level"):
+            if getattr(self, key) not in DCGM_LEVELS:
+                raise ValueError(f"{key}: must be 0 (off) or a DCGM level 1-4, got "
+                                 f"{getattr(self, key)}")
+        if len(self.timeouts) != 4 or any(not t > 0 for t in self.timeouts):
+            raise ValueError("timeouts: need four positive numbers (DCGM levels 1-4)")
+        if not self.dcgmi:
+            raise ValueError("dcgmi: must not be empty")
