@@ -163,8 +163,21 @@ def node_status(node: Node, res: NodeResults, recovery: str = "", stuck_why: str
         "recovery": recovery,
         "stuck": stuck_why,
         "errors": {hook: str(e.get("message", "")) for hook, e in (errors or {}).items()},
+        "observed": observed_of(run),
         "history": [_run_summary(r) for r in res.history],
     }
+
+
+def observed_of(run: dict[str, Any]) -> dict[str, str]:
+    """{check: "verdict: detail"} for the last run's checks in observe mode (they never drain;
+    this is where they are seen). The document may come from the shared directory: only
+    well-formed entries count."""
+    out = {}
+    for item in run.get("observed") or ():
+        if isinstance(item, dict) and all(isinstance(item.get(k), str)
+                                          for k in ("check", "verdict", "detail")):
+            out[item["check"]] = f"{item['verdict']}: {item['detail']}"[:200]
+    return out
 
 
 def collect(cfg, names: str | None = None, history: int = 0) -> dict[str, Any]:
@@ -244,6 +257,10 @@ def render(data: dict[str, Any]) -> str:
               for hook, msg in sorted(r["errors"].items())]
     if errors:
         out.append("Airlock's own errors (the node kept running jobs):\n" + "\n".join(errors))
+    seen = [f"  {r['node']} {check}: {text}" for r in data["nodes"]
+            for check, text in sorted(r["observed"].items())]
+    if seen:
+        out.append("Checks in observe mode (recorded, never drain):\n" + "\n".join(seen))
     for r in data["nodes"]:
         if r["history"]:
             hist = [(_when(h["finished_at"]), h["level"], h["trigger"], h["verdict"].upper(),

@@ -68,6 +68,10 @@ def for_level(level: str, only: list[str] | None = None) -> list[CheckSpec]:
     return specs
 
 
+def names() -> set[str]:
+    return {c.name for c in CHECKS}
+
+
 def by_name(name: str) -> CheckSpec:
     for c in CHECKS:
         if c.name == name:

@@ -70,6 +70,8 @@ SCHEMA: dict[str, tuple[str, Any, str]] = {
     "ecc_sram_max": ("int", 0, "volatile uncorrectable SRAM ECC errors tolerated"),
     "persistence_mode": ("action", "warn", "what persistence mode off means"),
     "xid_policy": ("str", "default", "a table of xid_policy.toml (or [xid] policy_file)"),
+    "observe": ("strings", [], "checks this SKU ships in observe mode (never drain), e.g. a floor "
+                               "without a public figure; [checks] enforce overrides"),
 }
 
 
