@@ -50,6 +50,7 @@ SECTIONS: dict[str, str] = {
     "memtest": "airlock.settings.checks:MemtestSection",
     "allreduce": "airlock.settings.checks:AllreduceSection",
     "dcgm": "airlock.settings.checks:DcgmSection",
+    "flaps": "airlock.settings.checks:FlapsSection",
     "recovery": "airlock.recovery.settings:RecoverySection",
     "metrics": "airlock.settings.node:MetricsSection",
     "prolog": "airlock.settings.node:PrologSection",

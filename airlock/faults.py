@@ -30,6 +30,11 @@ Switches (name = value: effect):
 
 Hardware faults for the quick checks (ECC, row remap, XID, NVLink, lost GPU, hung NVML, ...) are
 not switches: they are fields of the node's GPUs in the NVML simulation file (airlock/nvml.py).
+Nor are these, each injected through the real interface its check reads:
+  a flapping RDMA port          the port's files under [system] sys_root: `state` and
+                                `counters/link_downed`, bumped between runs (checks/flaps.py)
+  a DCGM failure or hang        [dcgm] dcgmi pointing at tests/data/dcgm/fake-dcgmi, which
+                                replays a recorded `dcgmi diag -j` output or hangs (FAKE_DCGMI)
 """
 
 from __future__ import annotations

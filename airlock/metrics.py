@@ -71,7 +71,8 @@ def node_registry(node: str, runs: dict[str, dict[str, Any]]):
     check_attempts = Gauge("airlock_check_attempts", "Runs of the check (confirmation re-runs)",
                            ["node", "level", "check"], registry=reg)
     observe = Gauge("airlock_check_observed", "1 when the check ran in observe mode (its verdict "
-                    "is recorded, it never drains), else 0", ["node", "level", "check"], registry=reg)
+                    "is recorded, it never drains), else 0", ["node", "level", "check"],
+                    registry=reg)
     figure = Gauge("airlock_check_figure", "Numeric figures a check measured (bandwidth, "
                    "TFLOPS, counts), as the check reports them",
                    ["node", "level", "check", "figure"], registry=reg)

@@ -41,6 +41,7 @@ CHECKS: tuple[CheckSpec, ...] = (
     CheckSpec("persistence", ALL, "airlock.checks.nvml_checks:check_persistence", timeout=10),
     # System: a hung NFS mount blocks statvfs/open, so each has a timeout of its own.
     CheckSpec("rdma", ALL, "airlock.checks.system:check_rdma", timeout=5),
+    CheckSpec("link_flap", ALL, "airlock.checks.flaps:check_link_flap", timeout=5),
     CheckSpec("disk", ALL, "airlock.checks.system:check_disk", timeout=10),
     CheckSpec("mounts", ALL, "airlock.checks.system:check_mounts", timeout=10),
     CheckSpec("memory", ALL, "airlock.checks.system:check_memory", timeout=5),

@@ -291,3 +291,21 @@ class DcgmSection(Section):
             raise ValueError("timeouts: need four positive numbers (DCGM levels 1-4)")
         if not self.dcgmi:
             raise ValueError("dcgmi: must not be empty")
+
+
+class FlapsSection(Section):
+    """[flaps]: flapping RDMA links (checks/flaps.py), counted at every level's run."""
+    max_downs: int = setting(
+        3,
+        'down-transitions of one port within window that fail the node, naming the HCA and port '
+        '(gpud: 3 in 12 h)')
+    window: float = setting(43200.0, 'seconds over which downs are counted (12 h)')
+    devices: list[str] = setting(
+        factory=list,
+        doc='only these RDMA devices; [] = [system] rdma_devices, or every device when that is '
+            'empty too')
+
+    def validate(self) -> None:
+        if self.max_downs < 1:
+            raise ValueError(f"max_downs: must be >= 1, got {self.max_downs}")
+        positive(self.window, "window")
