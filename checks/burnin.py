@@ -38,8 +38,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from airlock import profiles, protocol
+from airlock import protocol
 from airlock.checks.base import Outcome, failed, passed, warned
+from airlock.checks.devices import plan as device_plan
+from airlock.checks.devices import unusable
 from airlock.checks.fleet import confirm_fleet, fleet_reference, read_fleet
 from airlock.faults import device_arg
 
@@ -487,13 +489,6 @@ def _replace(run: DeviceRun, **changes: Any) -> DeviceRun:
 
 
 # --- devices, progress, the check ---------------------------------------------------------------
-def local_devices(torch, cpu_devices: int) -> list[tuple[str, str]]:
-    if torch.cuda.is_available() and torch.cuda.device_count() > 0:
-        return [(f"cuda:{i}", torch.cuda.get_device_name(i))
-                for i in range(torch.cuda.device_count())]
-    return [(f"cpu{i}", "cpu") for i in range(cpu_devices)]
-
-
 def stderr_progress(info: dict[str, Any]) -> None:
     protocol.emit(protocol.PROGRESS, info, sys.stderr, tag=CHECK)
 
@@ -551,10 +546,13 @@ def check_burnin(ctx, progress: Progress | None = None) -> Outcome:
     import torch  # in the check's own process only
 
     cfg = ctx.cfg.burnin
-    devices = local_devices(torch, cfg.cpu_devices)
-    on_gpu = devices[0][0].startswith("cuda")
+    where = device_plan(ctx, torch, cfg.cpu_devices)
+    if where.problem:
+        return unusable(CHECK, where)
+    devices = [(d.torch, d.model) for d in where.devices]
+    on_gpu = where.on_gpu
     plan = make_plan(cfg, on_gpu, ctx.level)
-    profile = ctx.profile if on_gpu else profiles.named("cpu", ctx.cfg.profile.dirs)
+    profile = where.profile
     floors = {k: float(v) for k, v in (profile.get("tflops_floor") or {}).items()}
     fleet: dict[str, float] = {}
     ignored: list[str] = []
@@ -572,7 +570,7 @@ def check_burnin(ctx, progress: Progress | None = None) -> Outcome:
                               straggler_fails=on_gpu)
 
     out = confirm_fleet(measure(), measure)
-    out.figures.update(profile=profile.name, size=plan.size, model=devices[0][1],
+    out.figures.update(where.figures(), size=plan.size, model=devices[0][1],
                        mode=f"{plan.duration:g}s per dtype" if plan.duration
                        else f"{plan.iterations} GEMMs per dtype")
     if ignored:
