@@ -51,6 +51,7 @@ SECTIONS: dict[str, str] = {
     "allreduce": "airlock.settings.checks:AllreduceSection",
     "dcgm": "airlock.settings.checks:DcgmSection",
     "flaps": "airlock.settings.checks:FlapsSection",
+    "loopback": "airlock.settings.checks:LoopbackSection",
     "recovery": "airlock.recovery.settings:RecoverySection",
     "metrics": "airlock.settings.node:MetricsSection",
     "prolog": "airlock.settings.node:PrologSection",

@@ -55,6 +55,8 @@ CHECKS: tuple[CheckSpec, ...] = (
     # DCGM runs its own processes under its own time limit (a hang is inconclusive, never a
     # verdict); the registry's timeout is only the backstop above it.
     CheckSpec("dcgm", ALL, "airlock.checks.dcgm:check_dcgm", timeout_key="dcgm.check_timeout"),
+    CheckSpec("loopback", HEAVY, "airlock.checks.loopback:check_loopback",
+              timeout_key="loopback.check_timeout"),
     CheckSpec("allreduce", HEAVY, "airlock.checks.allreduce:check_allreduce", isolated=True,
               timeout_key="allreduce.check_timeout"),
 )

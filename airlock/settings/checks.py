@@ -309,3 +309,35 @@ class FlapsSection(Section):
         if self.max_downs < 1:
             raise ValueError(f"max_downs: must be >= 1, got {self.max_downs}")
         positive(self.window, "window")
+
+
+class LoopbackSection(Section):
+    """[loopback]: RDMA loopback bandwidth per port (checks/loopback.py)."""
+    perftest: str = setting(
+        "ib_write_bw",
+        'perftest tool for InfiniBand and RoCE ports (ib_write_bw or ib_read_bw): a name looked '
+        'up in PATH and the usual places, or an absolute path')
+    fabtests: str = setting("fi_rma_bw", 'fabtests tool for EFA ports')
+    size: int = setting(8388608, 'message size, bytes (aznhc uses 8 MiB)')
+    duration: float = setting(5.0, 'perftest: seconds of traffic per port (-D)')
+    iterations: int = setting(1000, 'fabtests: transfers per port (-I)')
+    server_start: float = setting(1.0, 'seconds between starting the server and the client')
+    timeout: float = setting(
+        60.0,
+        'seconds for one port; past it both sides are killed and the check is inconclusive')
+    tcp_port: int = setting(18515, 'first TCP port for the tools\' exchange, one more per port')
+    devices: list[str] = setting(
+        factory=list,
+        doc='only these RDMA devices; [] = [system] rdma_devices, or every device')
+    check_timeout: float = setting(
+        900.0,
+        "the whole check's backstop (above timeout times the ports measured)")
+
+    def validate(self) -> None:
+        for key in ("duration", "server_start", "timeout", "check_timeout"):
+            positive(getattr(self, key), key)
+        for key in ("size", "iterations"):
+            if getattr(self, key) <= 0:
+                raise ValueError(f"{key}: must be > 0, got {getattr(self, key)}")
+        if not 1024 <= self.tcp_port <= 65000:
+            raise ValueError(f"tcp_port: must be between 1024 and 65000, got {self.tcp_port}")
