@@ -52,6 +52,8 @@ SECTIONS: dict[str, str] = {
     "dcgm": "airlock.settings.checks:DcgmSection",
     "flaps": "airlock.settings.checks:FlapsSection",
     "loopback": "airlock.settings.checks:LoopbackSection",
+    "pcie_bw": "airlock.settings.checks:PcieBwSection",
+    "p2p": "airlock.settings.checks:P2pSection",
     "recovery": "airlock.recovery.settings:RecoverySection",
     "metrics": "airlock.settings.node:MetricsSection",
     "prolog": "airlock.settings.node:PrologSection",

@@ -18,6 +18,10 @@ Switches (name = value: effect):
                                 collective
   allreduce_corrupt = RANK      all-reduce: RANK contributes a wrong value (one element + 1)
   allreduce_hang = RANK         all-reduce: RANK never joins the collective
+  pcie_slow = DEVICE[:FACTOR]   pcie_bw: DEVICE's host<->device copies run at FACTOR (default
+                                0.3) of their speed (it loses the time inside the timed copies)
+  p2p_slow = A-B[:FACTOR]       p2p: copies from local device A to local device B run at FACTOR
+                                (default 0.3) of their speed
   DEVICE is the index of a local device (cuda:N, or the CPU "device" cpuN); RANK is a local
   rank on the node whose switch it is (in a multi-node run, global rank = offset + RANK).
   flaky_check = CHECK           the named check fails on its first attempt only

@@ -52,6 +52,10 @@ CHECKS: tuple[CheckSpec, ...] = (
               timeout_key="burnin.timeout"),
     CheckSpec("memtest", HEAVY, "airlock.checks.memtest:check_memtest", isolated=True,
               timeout_key="memtest.timeout"),
+    CheckSpec("pcie_bw", HEAVY, "airlock.checks.pcie_bw:check_pcie_bw", isolated=True,
+              timeout_key="pcie_bw.timeout"),
+    CheckSpec("p2p", HEAVY, "airlock.checks.p2p:check_p2p", isolated=True,
+              timeout_key="p2p.timeout"),
     # DCGM runs its own processes under its own time limit (a hang is inconclusive, never a
     # verdict); the registry's timeout is only the backstop above it.
     CheckSpec("dcgm", ALL, "airlock.checks.dcgm:check_dcgm", timeout_key="dcgm.check_timeout"),

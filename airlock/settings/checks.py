@@ -341,3 +341,47 @@ class LoopbackSection(Section):
                 raise ValueError(f"{key}: must be > 0, got {getattr(self, key)}")
         if not 1024 <= self.tcp_port <= 65000:
             raise ValueError(f"tcp_port: must be between 1024 and 65000, got {self.tcp_port}")
+
+
+class PcieBwSection(Section):
+    """[pcie_bw]: host<->device copy bandwidth per GPU (checks/pcie_bw.py)."""
+    size_mib: int = setting(256, 'GPU: bytes per copy, MiB (pinned host memory)')
+    iters: int = setting(10, 'timed copies per direction and device at level standard')
+    deep_iters: int = setting(40, '... at level deep')
+    cpu_devices: int = setting(2, 'no GPU (or stand-ins): this many CPU devices')
+    cpu_size_mib: int = setting(16, 'no GPU: bytes per copy, MiB')
+    straggler_fraction: float = setting(
+        0.8,
+        "a device below this share of the other devices' median fails (on GPUs; warns on CPU "
+        'devices); 0 = off')
+    timeout: float = setting(300.0, 'whole check, seconds')
+
+    def validate(self) -> None:
+        for key in ("size_mib", "iters", "deep_iters", "cpu_devices", "cpu_size_mib"):
+            if getattr(self, key) <= 0:
+                raise ValueError(f"{key}: must be > 0, got {getattr(self, key)}")
+        if not 0 <= self.straggler_fraction <= 1:
+            raise ValueError("straggler_fraction: must be between 0 and 1")
+        positive(self.timeout, "timeout")
+
+
+class P2pSection(Section):
+    """[p2p]: GPU-to-GPU copy bandwidth of every ordered pair (checks/p2p.py)."""
+    size_mib: int = setting(256, 'GPU: bytes per copy, MiB')
+    iters: int = setting(10, 'timed copies per pair at level standard')
+    deep_iters: int = setting(40, '... at level deep')
+    cpu_devices: int = setting(2, 'no GPU (or stand-ins): this many CPU devices')
+    cpu_size_mib: int = setting(16, 'no GPU: bytes per copy, MiB')
+    straggler_fraction: float = setting(
+        0.8,
+        "a pair below this share of the other pairs' median fails (on GPUs; warns on CPU "
+        'devices); 0 = off')
+    timeout: float = setting(600.0, 'whole check, seconds')
+
+    def validate(self) -> None:
+        for key in ("size_mib", "iters", "deep_iters", "cpu_devices", "cpu_size_mib"):
+            if getattr(self, key) <= 0:
+                raise ValueError(f"{key}: must be > 0, got {getattr(self, key)}")
+        if not 0 <= self.straggler_fraction <= 1:
+            raise ValueError("straggler_fraction: must be between 0 and 1")
+        positive(self.timeout, "timeout")
