@@ -199,7 +199,7 @@ def check_node_state(cfg, node: str) -> list[Item]:
     else:
         items.append(Item(WARN, "registration", f"no proof for this boot ({proof.why}): the "
                           "prolog refuses jobs until a registration passes"))
-    errors = incidents.read(node_dir(cfg.state_dir, node) / incidents.FILE)
+    errors = incidents.read_node(cfg.state_dir, "", node)
     for hook, entry in sorted(errors.items()):
         items.append(Item(WARN, f"{hook} errors", f"{entry.get('count', 1)}x, last: "
                           f"{entry.get('message', '?')}"))

@@ -42,7 +42,7 @@ from airlock import protocol
 from airlock.checks.base import Outcome, failed, passed, warned
 from airlock.checks.devices import plan as device_plan
 from airlock.checks.devices import unusable
-from airlock.checks.fleet import confirm_fleet, fleet_reference, read_fleet
+from airlock.checks.fleet import fleet_members, fleet_reference, read_fleet
 from airlock.faults import device_arg
 
 CHECK = "burnin"
@@ -172,10 +172,14 @@ def verdict_burnin(runs: list[DeviceRun], floors: dict[str, float] | None = None
             low = sorted((d for d, v in per_dev.items() if v < fleet_fraction * ref),
                          key=per_dev.get)
             if low:
+                # Other nodes' documents are a second opinion, never a verdict: whoever can
+                # write the shared directory could otherwise drain any node. Only the node's
+                # own profile floor (above) fails it.
                 d = low[0]
-                return failed(CHECK, f"{d} {dtype} {per_dev[d]:.3g} TFLOPS < "
-                              f"{fleet_fraction:g} x fleet median {ref:.3g}", "reboot",
-                              fleet_low=[d, dtype], **figures)
+                return warned(CHECK, f"{d} {dtype} {per_dev[d]:.3g} TFLOPS < "
+                              f"{fleet_fraction:g} x fleet median {ref:.3g} (a warning: only "
+                              "the profile floor fails a node)", fleet_low=[d, dtype],
+                              **figures)
     if warnings:
         return warned(CHECK, f"{warnings[0]} (CPU devices share cores: a warning, never a "
                       "drain)", **figures)
@@ -556,20 +560,20 @@ def check_burnin(ctx, progress: Progress | None = None) -> Outcome:
     floors = {k: float(v) for k, v in (profile.get("tflops_floor") or {}).items()}
     fleet: dict[str, float] = {}
     ignored: list[str] = []
-    if on_gpu or cfg.fleet_cpu:
-        others = read_fleet(ctx.cfg.shared_dir, ctx.node, profile.name, ignored=ignored)
+    members = fleet_members(ctx.cfg, ignored) if (on_gpu or cfg.fleet_cpu) and \
+        ctx.cfg.shared_dir else None
+    if members is not None:
+        others = read_fleet(ctx.cfg.shared_dir, ctx.node, profile.name, ignored=ignored,
+                            members=members)
         for dtype in plan.dtypes:
             ref = fleet_reference(others, dtype, cfg.fleet_min_nodes)
             if ref:
                 fleet[dtype] = ref
     fraction = cfg.straggler_fraction if on_gpu else cfg.cpu_straggler_fraction
 
-    def measure() -> Outcome:
-        runs = run_burnin(torch, devices, plan, ctx.faults, progress or stderr_progress)
-        return verdict_burnin(runs, floors, fraction, fleet, cfg.fleet_fraction,
-                              straggler_fails=on_gpu)
-
-    out = confirm_fleet(measure(), measure)
+    runs = run_burnin(torch, devices, plan, ctx.faults, progress or stderr_progress)
+    out = verdict_burnin(runs, floors, fraction, fleet, cfg.fleet_fraction,
+                         straggler_fails=on_gpu)
     out.figures.update(where.figures(), size=plan.size, model=devices[0][1],
                        mode=f"{plan.duration:g}s per dtype" if plan.duration
                        else f"{plan.iterations} GEMMs per dtype")

@@ -12,19 +12,22 @@ from pathlib import Path
 import pytest
 
 from airlock import doctor
+from tests.unit.fakeslurm import FakeSlurm
 
 
 def test_doctor_unreachable_slurm_is_one_line(tmp_path):
+    fake = FakeSlurm(tmp_path / "slurm", nodes=["n1"])
+    fake.unreachable()  # slurmctld away: scontrol answers with its own error
     conf = tmp_path / "airlock.toml"
     conf.write_text(f'state_dir = "{tmp_path}/s"\nlog_dir = "{tmp_path}/l"\n'
-                    f'[slurm]\nconf = "{tmp_path}/no-slurm.conf"\ntimeout = 5\n')
+                    f'[slurm]\nbin_dir = "{fake.bin_dir}"\ntimeout = 5\n')
     env = {**os.environ, "AIRLOCK_CONFIG": str(conf)}
     out = subprocess.run([sys.executable, "-m", "airlock.cli", "doctor", "--node", "n1",
                           "--no-torch"], env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 1
     assert "Traceback" not in out.stderr
     ping = [ln for ln in out.stdout.splitlines() if "scontrol ping:" in ln]
-    assert len(ping) == 1 and ping[0].startswith("FAIL")
+    assert len(ping) == 1 and ping[0].startswith("FAIL") and "is DOWN" in ping[0], ping
     assert "NVML:" in out.stdout  # the items after Slurm are still checked
 
 
