@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 from airlock.checks.base import Outcome, failed, passed, skipped, warned
 from airlock.checks.devices import plan as device_plan
 from airlock.checks.devices import unusable
-from airlock.checks.pcie_bw import MIB, timed_copies
+from airlock.checks.pcie_bw import MIB, single_threaded, timed_copies
 
 CHECK = "p2p"
 
@@ -93,6 +93,8 @@ def check_p2p(ctx) -> Outcome:
     if where.problem:
         return unusable(CHECK, where)
     on_gpu = where.on_gpu
+    if not on_gpu:
+        single_threaded(torch)
     devices = list(where.devices)
     size = (s.size_mib if on_gpu else s.cpu_size_mib) * MIB
     iters = s.deep_iters if ctx.level == "deep" else s.iters

@@ -132,25 +132,43 @@ def link_of(gpu, want_gen: int, want_width: int) -> Link:
 
 # --- measuring -------------------------------------------------------------------------------
 def timed_copies(torch, dst, src, iters: int, sync: list[str], factor: float = 1.0) -> float:
-    """GB/s of `iters` copies src -> dst (after one untimed), wall clock between device
-    synchronisations. factor < 1 (a fault switch): the device loses the rest of the time."""
+    """GB/s of `iters` copies src -> dst (after one untimed). With a GPU among `sync`: wall
+    clock between device synchronisations. Host copies (CPU devices, stand-ins; the check runs
+    them on one torch thread, single_threaded()) are timed in the thread's CPU time, so other
+    processes on a busy host do not make a device look slow. factor < 1 (a fault switch): the
+    device loses the rest of the time (asleep on a GPU, spinning on the CPU, whose clock
+    counts only the CPU it uses)."""
+    on_gpu = any(d.startswith("cuda") for d in sync)
+    clock = time.perf_counter if on_gpu else time.thread_time
     dst.copy_(src, non_blocking=True)
     _sync(torch, sync)
-    t0 = time.perf_counter()
+    t0 = clock()
     for _ in range(iters):
         dst.copy_(src, non_blocking=True)
     _sync(torch, sync)
-    took = time.perf_counter() - t0
+    took = clock() - t0
     if factor < 1.0:
-        time.sleep(took * (1 / factor - 1))
-        took = time.perf_counter() - t0
-    return src.numel() * src.element_size() * iters / took / 1e9
+        lose = took * (1 / factor - 1)
+        if on_gpu:
+            time.sleep(lose)
+        else:
+            end = clock() + lose
+            while clock() < end:
+                pass
+        took = clock() - t0
+    return src.numel() * src.element_size() * iters / max(took, 1e-9) / 1e9
 
 
 def _sync(torch, devices: list[str]) -> None:
     for d in devices:
         if d.startswith("cuda"):
             torch.cuda.synchronize(d)
+
+
+def single_threaded(torch) -> None:
+    """Host copies on this thread only: torch's worker threads would spin outside its clock.
+    (The check has a process of its own: nothing else in it is slowed.)"""
+    torch.set_num_threads(1)
 
 
 def measure_device(torch, device: str, size_mib: int, iters: int, factor: float) -> tuple[float,
@@ -176,6 +194,8 @@ def check_pcie_bw(ctx) -> Outcome:
     if where.problem:
         return unusable(CHECK, where)
     on_gpu = where.on_gpu
+    if not on_gpu:
+        single_threaded(torch)
     size = s.size_mib if on_gpu else s.cpu_size_mib
     iters = s.deep_iters if ctx.level == "deep" else s.iters
     slow = device_arg(ctx.fault("pcie_slow"), 0.3)

@@ -106,17 +106,18 @@ def test_stand_ins_are_labelled_and_judged_by_the_cpu_profile(tmp_path):
 
 
 def test_injected_slow_link_on_a_stand_in_names_nvmls_link_and_never_fails(tmp_path):
-    ctx = _ctx(tmp_path, cuda={"stand_in": True}, fault="pcie_slow=1:0.2",
+    ctx = _ctx(tmp_path, cuda={"stand_in": True}, fault="pcie_slow=1:0.05",
                change={1: {"pcie_width": 8}})
     out = pcie_bw.check_pcie_bw(ctx)
     assert out.verdict is Verdict.WARN, out
-    assert out.detail.startswith("cpu1 ")
+    assert out.detail.startswith("cpu1 "), out.detail
     assert "(for gpu1, NVML: link gen5 x8, expected x16) (stand-in: not a PCIe figure)" in \
         out.detail
+    assert out.figures["links"]["gpu1"] == "gen5 x8, expected x16"
 
 
 def test_injected_slow_pair_is_named(tmp_path):
-    ctx = _ctx(tmp_path, cuda=None, node_gpus=0, fault="p2p_slow=0-1:0.2")
+    ctx = _ctx(tmp_path, cuda=None, node_gpus=0, fault="p2p_slow=0-1:0.05")
     out = p2p.check_p2p(ctx)
     assert out.verdict is Verdict.WARN, out  # CPU devices: a warning, never a drain
     assert out.detail.startswith("cpu0->cpu1 ") and "(cpu: not a GPU figure)" in out.detail

@@ -5,14 +5,11 @@ runs, as a flapping cable does."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 from airlock import config, finish, results
 from airlock.checks import flaps
 from airlock.checks.base import Verdict
 from airlock.checks.context import Context
-from airlock.dev.proof import prove_boot
 
 P = flaps.PortSample
 H = 3600.0
@@ -109,21 +106,16 @@ def test_no_rdma_ports_skip(tmp_path):
     assert flaps.check_link_flap(ctx_for(tmp_path)).verdict is Verdict.SKIP
 
 
-def test_the_periodic_hook_fails_the_flapping_port_by_name(tmp_path):
+def test_the_periodic_hook_drains_the_flapping_port_by_name(fake_node, tmp_path):
     port(tmp_path, "mlx5_0", "4: ACTIVE", 10)
-    conf = tmp_path / "airlock.toml"
-    conf.write_text(f'state_dir = "{tmp_path}/state"\nlog_dir = "{tmp_path}/log"\n'
-                    f'[system]\nsys_root = "{tmp_path}/sys"\n[profile]\nname = "cpu"\n')
-    prove_boot(conf, "n1")
-
-    def hook():
-        return subprocess.run([sys.executable, "-m", "airlock.hooks.healthcheck"],
-                              env={"AIRLOCK_CONFIG": str(conf), "SLURMD_NODENAME": "n1"},
-                              capture_output=True, text=True, timeout=60)
-
-    hook()
-    port(tmp_path, "mlx5_0", "4: ACTIVE", 13)
-    hook()
-    run = results.ResultStore(config.load(conf), "n1").latest()
+    node = fake_node(extra=f'[system]\nsys_root = "{tmp_path}/sys"\n')
+    node.prove()
+    assert node.run("healthcheck").returncode == 0
+    assert node.slurm.updates() == []
+    port(tmp_path, "mlx5_0", "4: ACTIVE", 13)  # went down and came back three times
+    node.run("healthcheck")
+    run = results.ResultStore(config.load(node.conf), node.name).latest()
     assert run["verdict"] == "fail" and run["failed_check"] == "link_flap"
     assert finish.failure_reason(run).format() == "airlock: FAIL link_flap mlx5_0/1 3 downs in 12h"
+    (update,) = node.slurm.updates()
+    assert any("airlock: FAIL link_flap mlx5_0/1 3 downs in 12h" in w for w in update), update

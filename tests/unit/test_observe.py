@@ -6,46 +6,36 @@ run's verdict); seen in the run document, `airlock status` and the metrics."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from airlock import config, finish, results, status
 from airlock.dev.cluster import healthy_gpus
-from airlock.dev.proof import prove_boot
 from airlock.errors import ConfigError
 from airlock.profiles import PROFILE_DIR
 from airlock.runner import run_level
 from airlock.slurm import Node
 
 
-def ecc_fault_node(tmp_path, extra: str = "") -> str:
+def ecc_node(fake_node, tmp_path, extra: str = ""):
+    """A proven node (fake Slurm, simulated GPUs) whose gpu2 has uncorrectable ECC errors."""
+    node = fake_node(extra=f'[metrics]\ntextfile_dir = "{tmp_path}/prom"\n'
+                           f'[profile]\nname = "h100-sxm-8x"\n{extra}')
     gpus = healthy_gpus(8)
     gpus[2]["ecc_volatile_uncorrected_dram"] = 3
-    sim = tmp_path / "gpus.json"
-    sim.write_text(json.dumps({"nodes": {"n1": {"gpus": gpus}}}))
-    conf = tmp_path / "airlock.toml"
-    conf.write_text(f'state_dir = "{tmp_path}/state"\nlog_dir = "{tmp_path}/log"\n'
-                    f'[nvml]\nsimulate = "{sim}"\n[metrics]\ntextfile_dir = "{tmp_path}/prom"\n'
-                    f'[profile]\nname = "h100-sxm-8x"\n{extra}')
-    prove_boot(conf, "n1")
-    return str(conf)
+    node.sim.write_text(json.dumps({"nodes": {node.name: {"gpus": gpus}}}))
+    node.prove()
+    return node
 
 
-def prolog(conf: str) -> subprocess.CompletedProcess:
-    env = {"AIRLOCK_CONFIG": conf, "SLURMD_NODENAME": "n1", "SLURM_JOB_ID": "42"}
-    return subprocess.run([sys.executable, "-m", "airlock.hooks.prolog"], env=env,
-                          capture_output=True, text=True, timeout=60)
-
-
-def test_an_observed_failure_lets_the_job_run_and_is_recorded_and_shown(tmp_path):
-    conf = ecc_fault_node(tmp_path, '[checks]\nobserve = ["ecc"]\n')
-    out = prolog(conf)
-    assert out.returncode == 0 and "scontrol" not in out.stderr, out.stderr
-    cfg = config.load(conf)
-    run = results.ResultStore(cfg, "n1").latest()
+def test_an_observed_failure_lets_the_job_run_and_is_recorded_and_shown(fake_node, tmp_path):
+    node = ecc_node(fake_node, tmp_path, '[checks]\nobserve = ["ecc"]\n')
+    out = node.run("prolog")
+    assert out.returncode == 0, out.stderr
+    assert node.slurm.updates() == []  # no drain
+    cfg = config.load(node.conf)
+    run = results.ResultStore(cfg, node.name).latest()
     assert run["verdict"] == "warn" and run["failed_check"] is None
     assert run["observed"] == [{"check": "ecc", "verdict": "fail",
                                 "detail": "gpu2 3 DRAM uncorrectable"}]
@@ -55,26 +45,23 @@ def test_an_observed_failure_lets_the_job_run_and_is_recorded_and_shown(tmp_path
     samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
                for fam in text_string_to_metric_families(
                    (tmp_path / "prom" / "airlock.prom").read_text()) for s in fam.samples}
-    labels = (("check", "ecc"), ("level", "quick"), ("node", "n1"))
+    labels = (("check", "ecc"), ("level", "quick"), ("node", node.name))
     assert samples[("airlock_check_observed", labels)] == 1
-    assert samples[("airlock_check_verdict", (*labels[:2], ("node", "n1"),
-                                              ("verdict", "fail")))] == 1
-    node = Node(name="n1", state="IDLE")
-    row = status.node_status(node, results.NodeResults("n1", run=run))
+    assert samples[("airlock_check_verdict", (*labels, ("verdict", "fail")))] == 1
+    row = status.node_status(Node(name=node.name, state="IDLE"),
+                             results.NodeResults(node.name, run=run))
     assert row["observed"] == {"ecc": "fail: gpu2 3 DRAM uncorrectable"}
     assert "Checks in observe mode (recorded, never drain):\n  n1 ecc: fail: gpu2 3 DRAM" in \
         status.render({"nodes": [row], "summary": dict.fromkeys(status.STATES, 0),
                        "stuck": 0, "errors": 0})
 
 
-def test_the_same_failure_not_observed_goes_for_the_drain(tmp_path):
-    conf = ecc_fault_node(tmp_path)
-    out = prolog(conf)
-    # no controller here: the drain itself fails (Airlock's trouble, open on a proven boot),
-    # but the run failed and the prolog went for it
-    assert "scontrol" in out.stderr
-    run = results.ResultStore(config.load(conf), "n1").latest()
-    assert run["verdict"] == "fail" and run["failed_check"] == "ecc" and run["observed"] == []
+def test_the_same_failure_not_observed_drains_and_refuses_the_job(fake_node, tmp_path):
+    node = ecc_node(fake_node, tmp_path)
+    out = node.run("prolog")
+    assert out.returncode == 1
+    (update,) = node.slurm.updates()
+    assert any("airlock: FAIL ecc gpu2 3 DRAM uncorrectable" in w for w in update), update
 
 
 def site_profile(tmp_path, **changes) -> str:
