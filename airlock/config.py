@@ -54,6 +54,7 @@ SECTIONS: dict[str, str] = {
     "loopback": "airlock.settings.checks:LoopbackSection",
     "pcie_bw": "airlock.settings.checks:PcieBwSection",
     "p2p": "airlock.settings.checks:P2pSection",
+    "drift": "airlock.settings.checks:DriftSection",
     "recovery": "airlock.recovery.settings:RecoverySection",
     "metrics": "airlock.settings.node:MetricsSection",
     "prolog": "airlock.settings.node:PrologSection",

@@ -45,6 +45,8 @@ CHECKS: tuple[CheckSpec, ...] = (
     CheckSpec("disk", ALL, "airlock.checks.system:check_disk", timeout=10),
     CheckSpec("mounts", ALL, "airlock.checks.system:check_mounts", timeout=10),
     CheckSpec("memory", ALL, "airlock.checks.system:check_memory", timeout=5),
+    # One Slurm call (the fleet's members) and reads of the shared directory, which can hang.
+    CheckSpec("drift", HEAVY, "airlock.checks.drift:check_drift", timeout=60),
     # CUDA must see exactly the GPUs NVML lists before any heavy check claims to have run on
     # them (checks/devices.py); it imports torch and initialises CUDA, which can hang.
     CheckSpec("cuda", HEAVY, "airlock.checks.devices:check_cuda", isolated=True, timeout=90),

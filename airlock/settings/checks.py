@@ -387,3 +387,33 @@ class P2pSection(Section):
         if not 0 <= self.straggler_fraction <= 1:
             raise ValueError("straggler_fraction: must be between 0 and 1")
         positive(self.timeout, "timeout")
+
+
+# The facts checks/drift.py compares with the fleet.
+DRIFT_FACTS = ("driver", "cuda", "vbios", "gpu_firmware", "hca_firmware", "kernel")
+
+
+class DriftSection(Section):
+    """[drift]: this node's versions against the fleet of the same profile (checks/drift.py)."""
+    facts: list[str] = setting(
+        factory=lambda: list(DRIFT_FACTS),
+        doc='what is compared: driver, cuda, vbios, gpu_firmware (InfoROM image), '
+            'hca_firmware, kernel')
+    action: str = setting(
+        "warn",
+        'a node that differs from the fleet\'s majority: "warn", or "fail" (drains; use it only '
+        'where the shared directory is as trusted as the nodes\' root, since whoever writes it '
+        'can forge a majority)')
+    min_nodes: int = setting(3, 'other nodes of the same profile that must report a fact')
+    majority: float = setting(
+        0.5,
+        'a fleet value counts when more than this share of those nodes agree on it')
+
+    def validate(self) -> None:
+        for f in self.facts:
+            choice(f, DRIFT_FACTS, "facts")
+        choice(self.action, ("warn", "fail"), "action")
+        if self.min_nodes < 1:
+            raise ValueError(f"min_nodes: must be >= 1, got {self.min_nodes}")
+        if not 0.5 <= self.majority < 1:
+            raise ValueError(f"majority: must be at least 0.5 and below 1, got {self.majority}")
