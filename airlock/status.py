@@ -85,6 +85,21 @@ def recovery_states(cfg) -> dict[str, str]:
         store.close()
 
 
+def recovery_memory(cfg) -> dict[str, dict[str, int]]:
+    """{node: {check: reboots that did not clear it}} for the nodes whose open recovery case the
+    escalation memory counted (policy [escalation]); {} without a recovery database."""
+    store = _recovery_store(cfg)
+    if store is None:
+        return {}
+    try:
+        return {node: {case.check: case.not_cleared} for node, case in store.cases().items()
+                if case.state not in CLOSED and case.not_cleared}
+    except Exception:  # gracefully empty, like a missing database
+        return {}
+    finally:
+        store.close()
+
+
 def recovery_metrics(cfg) -> dict[str, Any]:
     """{"actions": {(action, status): count}, "breaker_open": bool, "in_flight": int}, or {}."""
     store = _recovery_store(cfg)
@@ -134,7 +149,8 @@ def stuck(node: Node, limit_s: float, now: float | None = None) -> str:
 
 
 def node_status(node: Node, res: NodeResults, recovery: str = "", stuck_why: str = "",
-                errors: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+                errors: dict[str, dict[str, Any]] | None = None,
+                not_cleared: dict[str, int] | None = None) -> dict[str, Any]:
     run = res.run or {}
     parsed = reasons.parse(node.reason_in_force)
     state = classify(node)
@@ -165,6 +181,7 @@ def node_status(node: Node, res: NodeResults, recovery: str = "", stuck_why: str
         "stuck": stuck_why,
         "errors": {hook: str(e.get("message", "")) for hook, e in (errors or {}).items()},
         "observed": observed_of(run),
+        "not_cleared": dict(not_cleared or {}),
         "history": [_run_summary(r) for r in res.history],
     }
 
@@ -186,9 +203,10 @@ def collect(cfg, names: str | None = None, history: int = 0) -> dict[str, Any]:
     nodes = slurm.nodes(names) if names else slurm.nodes()
     results = read_many(cfg, [n.name for n in nodes], history)
     recovery = recovery_states(cfg)
+    memory = recovery_memory(cfg)
     limit = cfg.registration.suite_timeout + _stuck_grace(cfg)
     rows = [node_status(n, results[n.name], recovery.get(n.name, ""), stuck(n, limit),
-                        _errors(cfg, n.name)) for n in nodes]
+                        _errors(cfg, n.name), memory.get(n.name)) for n in nodes]
     summary = dict.fromkeys(STATES, 0)
     for r in rows:
         summary[r["airlock"]] = summary.get(r["airlock"], 0) + 1
@@ -254,6 +272,11 @@ def render(data: dict[str, Any]) -> str:
               for hook, msg in sorted(r["errors"].items())]
     if errors:
         out.append("Airlock's own errors (the node kept running jobs):\n" + "\n".join(errors))
+    memory = [f"  {r['node']} {check}: {count} reboots did not clear it"
+              for r in data["nodes"] for check, count in sorted(r["not_cleared"].items())]
+    if memory:
+        out.append("Escalation memory (reboots that did not clear the failing check):\n"
+                   + "\n".join(memory))
     seen = [f"  {r['node']} {check}: {text}" for r in data["nodes"]
             for check, text in sorted(r["observed"].items())]
     if seen:

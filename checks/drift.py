@@ -93,6 +93,30 @@ def identity(snap, sys_root: str) -> dict[str, Any]:
             "gpus": sorted(g.serial for g in snap.gpus if g.serial)}
 
 
+IDENTITY = re.compile(r"^[\w.:-]{1,80}$")
+
+
+def identity_keys(run: dict[str, Any]) -> frozenset[str]:
+    """The hardware identity a run's drift record carries, as the recovery service's memory
+    keys it ("instance:<id>", "gpu:<serial>"); empty when the run has none. The document is
+    input (validated here, bad values dropped)."""
+    for rec in run.get("checks", []) if isinstance(run, dict) else ():
+        if not isinstance(rec, dict) or rec.get("check") != CHECK:
+            continue
+        ident = (rec.get("figures") or {}).get("identity")
+        if not isinstance(ident, dict):
+            return frozenset()
+        keys = set()
+        inst = ident.get("instance")
+        if isinstance(inst, str) and IDENTITY.match(inst):
+            keys.add(f"instance:{inst}")
+        for serial in ident.get("gpus") or ():
+            if isinstance(serial, str) and IDENTITY.match(serial):
+                keys.add(f"gpu:{serial}")
+        return frozenset(keys)
+    return frozenset()
+
+
 # --- the fleet's documents (validated field by field) ---------------------------------------
 def facts_of(run: dict[str, Any], profile: str) -> dict[str, str] | None:
     """The drift facts a validated run document carries for `profile`, or None."""
