@@ -69,7 +69,7 @@ class FakeNode:
         return self.state.load()
 
     def prove(self, verdict: str = "pass") -> dict:
-        return prove_boot(self.conf, self.name, verdict)
+        return prove_boot(self.conf, self.name, verdict, settled=False)
 
     def adopt(self) -> dict:
         return self.state.adopt(boot_mod.current(self.name), f"adopt-{os.getpid()}",
