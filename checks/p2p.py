@@ -126,7 +126,8 @@ def check_p2p(ctx) -> Outcome:
     except RuntimeError as exc:  # an allocation or a copy that fails
         return failed(CHECK, " ".join(str(exc).split())[:160], "reboot", **where.figures())
     prof = where.profile
-    out = verdict_p2p(pairs, float(prof.get("p2p_floor_gbps", 0.0)), s.straggler_fraction,
-                      on_gpu, bool(prof.get("nvlink_links", 0)), where.kind)
+    fraction = s.straggler_fraction if on_gpu else s.cpu_straggler_fraction
+    out = verdict_p2p(pairs, float(prof.get("p2p_floor_gbps", 0.0)), fraction, on_gpu,
+                      bool(prof.get("nvlink_links", 0)), where.kind)
     out.figures.update(where.figures(), size_mib=size // MIB, iters=iters)
     return out

@@ -224,6 +224,7 @@ def check_pcie_bw(ctx) -> Outcome:
     prof = where.profile
     floors = {"h2d": float(prof.get("h2d_floor_gbps", 0.0)),
               "d2h": float(prof.get("d2h_floor_gbps", 0.0))}
-    out = verdict_pcie_bw(results, floors, links, s.straggler_fraction, on_gpu, where.kind)
+    fraction = s.straggler_fraction if on_gpu else s.cpu_straggler_fraction
+    out = verdict_pcie_bw(results, floors, links, fraction, on_gpu, where.kind)
     out.figures.update(where.figures(), size_mib=size, iters=iters)
     return out
