@@ -226,11 +226,14 @@ def observed(cfg, ctx: Context) -> set[str]:
     verdict (so they never drain, never keep a boot closed), while keeping their own verdict
     for status, metrics and history."""
     names = set(cfg.checks.observe)
-    try:
-        # Chosen already by the checks of almost every run (the NVML checks need it).
-        profile = ctx.profile
-    except Exception:  # no profile (NVML down, Slurm away): the config's list still holds
-        profile = None
+    profile = None
+    # At the quick level only a profile the checks already chose is asked (almost every run's
+    # NVML checks choose it): choosing one now could cost the hook a Slurm call past its budget.
+    if ctx.profile_name or ctx.level != "quick":
+        try:
+            profile = ctx.profile
+        except Exception:  # no profile (NVML down, Slurm away): the config's list still holds
+            profile = None
     if profile is not None:
         from_profile = set(profile.get("observe", []))
         unknown = sorted(from_profile - registry.names())

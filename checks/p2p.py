@@ -4,10 +4,10 @@ profile's floor (p2p_floor_gbps) and against the other pairs, so the slow pair i
 expects NVLink fails as such.
 
 The devices are the device plan's (checks/devices.py): exactly the CUDA devices matched to
-NVML's GPUs on a GPU node, which FAILs here when CUDA cannot use them all. Under the `cpu`
-profile and for the dev cluster's simulated GPUs the pairs are CPU devices (stand-ins):
-host-memory copies, labelled with the plan's kind, judged by the `cpu` profile, at most a
-warning, never a GPU figure.
+NVML's GPUs on a GPU node, which FAILs here when CUDA cannot use them all. A node without
+GPUs (the `cpu` profile) skips. For the dev cluster's simulated GPUs the pairs are CPU
+stand-ins: host-memory copies, labelled with the plan's kind, judged by the `cpu` profile, at
+most a warning, never a GPU figure.
 
 One pair at a time, each direction on its own (copies dst <- src, timed between device
 synchronisations), as nvbandwidth's device_to_device_memcpy_*_ce measure a pair.
@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 from airlock.checks.base import Outcome, failed, passed, skipped, warned
 from airlock.checks.devices import plan as device_plan
 from airlock.checks.devices import unusable
-from airlock.checks.pcie_bw import MIB, single_threaded, timed_copies
+from airlock.checks.pcie_bw import MIB, no_gpus, single_threaded, timed_copies
 
 CHECK = "p2p"
 
@@ -89,6 +89,9 @@ def check_p2p(ctx) -> Outcome:
     import torch  # in the check's own process only
 
     s = ctx.cfg.p2p
+    none = no_gpus(ctx)
+    if none is not None:
+        return none
     where = device_plan(ctx, torch, s.cpu_devices)
     if where.problem:
         return unusable(CHECK, where)

@@ -7,10 +7,10 @@ x16)`.
 The devices are the device plan's (checks/devices.py): on a GPU node exactly the CUDA devices
 matched to NVML's GPUs, one after another (so each copy has the host's root complex to itself,
 as nvbandwidth's host_to_device_memcpy_ce measures it); a GPU node whose GPUs CUDA cannot all
-use FAILs here too, never falls back. Under the `cpu` profile, and for the dev cluster's
-simulated GPUs (CPU stand-ins), the copies are between two host buffers: a figure of the
-host's memory, labelled with the plan's kind, judged by the `cpu` profile, and never presented
-as a PCIe figure.
+use FAILs here too, never falls back. A node without GPUs (the `cpu` profile)
+has no PCIe link to measure: the check skips. For the dev cluster's simulated GPUs (CPU
+stand-ins) the copies are between two host buffers: a figure of the host's memory, labelled
+with the plan's kind, judged by the `cpu` profile, at most a warning, never a PCIe figure.
 
 The link is read from NVML after the copies: an idle GPU drops its link to a lower generation
 to save power, a busy one runs it at full speed.
@@ -29,6 +29,7 @@ from typing import Any, NamedTuple
 from airlock.checks.base import Outcome, failed, passed, skipped, warned
 from airlock.checks.devices import plan as device_plan
 from airlock.checks.devices import unusable
+from airlock.checks.nvml_checks import snapshot_or_outcome
 from airlock.faults import device_arg
 
 CHECK = "pcie_bw"
@@ -165,6 +166,20 @@ def _sync(torch, devices: list[str]) -> None:
             torch.cuda.synchronize(d)
 
 
+def no_gpus(ctx) -> Outcome | None:
+    """The outcome for a node with no GPU, none expected (the `cpu` profile): nothing on PCIe or
+    NVLink to measure, so the check skips without starting torch; None otherwise (the device
+    plan decides, and a GPU node whose NVML cannot be read fails there)."""
+    snap = snapshot_or_outcome(ctx, CHECK)
+    if isinstance(snap, Outcome):
+        return None
+    override = ctx.cfg.profile.expected_gpus
+    expected = override if override >= 0 else ctx.profile.gpus
+    if snap.count == 0 and expected == 0:
+        return skipped(CHECK, "no GPUs: no PCIe link or GPU pair to measure")
+    return None
+
+
 def single_threaded(torch) -> None:
     """Host copies on this thread only: torch's worker threads would spin outside its clock.
     (The check has a process of its own: nothing else in it is slowed.)"""
@@ -190,6 +205,9 @@ def check_pcie_bw(ctx) -> Outcome:
     import torch  # in the check's own process only
 
     s = ctx.cfg.pcie_bw
+    none = no_gpus(ctx)
+    if none is not None:
+        return none
     where = device_plan(ctx, torch, s.cpu_devices)
     if where.problem:
         return unusable(CHECK, where)

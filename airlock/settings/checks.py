@@ -356,9 +356,9 @@ class PcieBwSection(Section):
         0.8,
         "a GPU below this share of the other GPUs' median fails; 0 = off")
     cpu_straggler_fraction: float = setting(
-        0.5,
-        'the same for CPU devices and stand-ins (a warning only): host copies share memory '
-        'bandwidth and cores with everything else, so +-30 % is noise there')
+        0.25,
+        "the same for the dev cluster's CPU stand-ins (a warning only): host copies share "
+        'memory bandwidth and cores with everything else, so 2x is noise there')
     timeout: float = setting(300.0, 'whole check, seconds')
 
     def validate(self) -> None:
@@ -382,9 +382,9 @@ class P2pSection(Section):
         0.8,
         "a GPU pair below this share of the other pairs' median fails; 0 = off")
     cpu_straggler_fraction: float = setting(
-        0.5,
-        'the same for CPU devices and stand-ins (a warning only): host copies share memory '
-        'bandwidth and cores with everything else, so +-30 % is noise there')
+        0.25,
+        "the same for the dev cluster's CPU stand-ins (a warning only): host copies share "
+        'memory bandwidth and cores with everything else, so 2x is noise there')
     timeout: float = setting(600.0, 'whole check, seconds')
 
     def validate(self) -> None:

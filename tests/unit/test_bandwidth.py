@@ -117,8 +117,14 @@ def test_injected_slow_link_on_a_stand_in_names_nvmls_link_and_never_fails(tmp_p
 
 
 def test_injected_slow_pair_is_named(tmp_path):
-    ctx = _ctx(tmp_path, cuda=None, node_gpus=0, fault="p2p_slow=0-1:0.05")
+    ctx = _ctx(tmp_path, cuda={"stand_in": True}, fault="p2p_slow=0-1:0.05")
     out = p2p.check_p2p(ctx)
-    assert out.verdict is Verdict.WARN, out  # CPU devices: a warning, never a drain
-    assert out.detail.startswith("cpu0->cpu1 ") and "(cpu: not a GPU figure)" in out.detail
-    assert out.figures["devices_kind"] == "cpu"
+    assert out.verdict is Verdict.WARN, out  # stand-ins: a warning, never a drain
+    assert out.detail.startswith("cpu0->cpu1 ") and "(stand-in: not a GPU figure)" in out.detail
+    assert out.figures["devices_kind"] == "stand-in"
+
+
+@pytest.mark.parametrize("check", [pcie_bw.check_pcie_bw, p2p.check_p2p])
+def test_a_node_without_gpus_has_nothing_to_measure(tmp_path, check):
+    out = check(_ctx(tmp_path, cuda=None, node_gpus=0))
+    assert out.verdict is Verdict.SKIP and out.detail.startswith("no GPUs")
