@@ -21,7 +21,7 @@ from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from starlette.exceptions import HTTPException
 
 from airlock import __version__, ondemand, results, status
@@ -42,7 +42,7 @@ ASSETS = {"console.js": "text/javascript; charset=utf-8",
 CHECK_NAMES = sorted({c.name for c in registry.CHECKS} | {ondemand.GROUP_CHECK})
 # Anything a person or Slurm could call a node, partition or feature, and nothing that is not
 # printable on one line (a NUL could not even become an argument of `airlock check`).
-PRINTABLE = r"^[^\x00-\x1f\x7f]*$"
+PRINTABLE = r"[^\x00-\x1f\x7f]*"
 
 
 class HttpError(Exception):
@@ -62,10 +62,10 @@ class CheckRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    nodes: str | None = Field(None, max_length=4096, pattern=PRINTABLE,
+    nodes: str | None = Field(None, max_length=4096,
                               description="a Slurm hostlist expression, e.g. node[1-4],gpu07")
-    partition: str | None = Field(None, max_length=256, pattern=PRINTABLE)
-    feature: str | None = Field(None, max_length=256, pattern=PRINTABLE)
+    partition: str | None = Field(None, max_length=256)
+    feature: str | None = Field(None, max_length=256)
     level: Literal["standard", "deep"] = Field(
         "standard", description="the level run on every target (the on-demand levels)")
     wait_jobs: float = Field(10.0, ge=0, le=1440, allow_inf_nan=False,
@@ -74,6 +74,13 @@ class CheckRequest(BaseModel):
     only: list[Annotated[str, Field(max_length=64)]] = Field(
         default_factory=list, max_length=32,
         description=f"run only these checks: {', '.join(CHECK_NAMES)}")
+
+    @field_validator("nodes", "partition", "feature")
+    @classmethod
+    def _one_line(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(PRINTABLE, value):
+            raise ValueError("must be one line of printable text")
+        return value
 
     @model_validator(mode="after")
     def _targets(self) -> CheckRequest:

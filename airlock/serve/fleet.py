@@ -8,7 +8,7 @@ the fleet is exactly the one to see. The burn-in reference is the fleet comparis
 shared directory without following links, outliers dropped by the median absolute deviation,
 none below [burnin] fleet_min_nodes nodes), i.e. what a node's next burn-in is compared with.
 The all-reduce has no fleet comparison in the checks; its median is the plain median of the
-nodes whose all-reduce passed.
+nodes whose all-reduce passed, given at least fleet_min_nodes of them (as for the burn-in).
 """
 
 from __future__ import annotations
@@ -104,8 +104,10 @@ def fleet_view(cfg, nodes: list[str], timeout: float = 60.0) -> dict[str, Any]:
                 d["fleet_nodes"] = sum(1 for figs in others.values() if dtype in figs)
         ar = entry["allreduce"]
         if ar is not None:
+            # the burn-in's rule: no reference from fewer than fleet_min_nodes nodes
             ok = [n["busbw_gbps"] for n in ar["nodes"] if n["verdict"] in ("pass", "warn")]
-            ar["median"] = statistics.median(ok) if ok else None
+            ar["median"] = statistics.median(ok) if len(ok) >= max(min_nodes, 1) else None
+            ar["fleet_nodes"] = len(ok)
     return {"schema": 1, "generated_at": time.time(),
             "fleet_min_nodes": min_nodes, "fleet_fraction": cfg.burnin.fleet_fraction,
             "profiles": [{**profiles[k], "burnin": list(profiles[k]["burnin"].values())}

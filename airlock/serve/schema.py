@@ -188,6 +188,7 @@ SCHEMAS: dict[str, Any] = {
                             "nodes": {"type": "array", "items": ref("FleetNode")}}}},
                     "allreduce": {"type": ["object", "null"], "properties": {
                         "floor": NUM_OR_NULL, "median": NUM_OR_NULL,
+                        "fleet_nodes": {"type": "integer"},
                         "nodes": {"type": "array", "items": ref("FleetNode")}}}}}}},
     },
     "GroupReport": {

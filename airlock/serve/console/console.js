@@ -45,6 +45,10 @@
     }
     return node;
   }
+  // replaceChildren() would print a null as "null": the views pass optional parts as null.
+  const present = (kids) => kids.flat(Infinity).filter((k) => k !== null && k !== undefined &&
+                                                             k !== false);
+  const show = (...kids) => show(...present(kids));
   const pad = (n) => String(n).padStart(2, "0");
   function when(ts) {
     if (ts === null || ts === undefined) return "";
@@ -199,7 +203,7 @@
                                                      selected: n === t.size})));
     const table = el("table", {id: "nodes"});
     const pager = el("div", {class: "pager"});
-    view.replaceChildren(
+    show(
       el("div", {class: "controls"}, search, cond, part, feat, size),
       table, pager);
 
@@ -344,7 +348,7 @@
           data.next_before)}`, text: "older runs ›"}) : null;
       const newer = before ? el("a", {href: `#/node/${encodeURIComponent(name)}`,
                                       text: "‹ newest"}) : null;
-      view.replaceChildren(
+      show(
         el("p", {}, el("a", {href: "#/", text: "‹ all nodes"})),
         el("h1", {}, `${n.node} `, condBadge(n.condition)),
         n.message ? el("p", {class: "message", text: n.message}) : null,
@@ -365,7 +369,7 @@
   function runView(runId) {
     async function refresh() {
       const {data} = await api(`/runs/${encodeURIComponent(runId)}`);
-      view.replaceChildren(
+      show(
         el("p", {}, el("a", {href: `#/node/${encodeURIComponent(data.node)}`,
                              text: `‹ ${data.node}`})),
         el("h1", {}, `Run ${data.run_id} `, verdictBadge(data.verdict)),
@@ -392,13 +396,13 @@
     async function refresh() {
       const {data} = await api("/recovery");
       if (!data.available) {
-        view.replaceChildren(el("h1", {text: "Recovery"}),
+        show(el("h1", {text: "Recovery"}),
           el("p", {class: "panel", text: data.problem}));
         return;
       }
       const b = data.breaker;
       const beat = data.heartbeat;
-      view.replaceChildren(
+      show(
         el("h1", {text: "Recovery"}),
         el("div", {class: "panel"},
           el("p", {class: `breaker ${b.open ? "open" : "closed"}`, id: "breaker",
@@ -442,8 +446,8 @@
     const top = Math.max(...values, floor || 0, median || 0) * 1.12 || 1;
     const y = (v) => T + (H - T - B) * (1 - v / top);
     const bw = (W - L - R) / Math.max(1, nodes.length);
-    const svg = el("svg:svg", {class: "chart", viewBox: `0 0 ${W} ${H}`, role: "img",
-                               "aria-label": title});
+    const svg = el("svg:svg", {class: "chart", viewBox: `0 0 ${W} ${H}`, width: W, height: H,
+                               role: "img", "aria-label": title});
     svg.append(el("svg:text", {x: L, y: 15, text: `${title} (${unit})`}));
     for (let i = 0; i <= 4; i++) {
       const v = (top * i) / 4;
@@ -515,9 +519,12 @@
             .sort((a, b) => natural.compare(a.node, b.node));
           parts.push(barChart("all-reduce bus bandwidth", "GB/s", nodes, p.allreduce.floor,
                               p.allreduce.median, data.fleet_fraction));
+          if (p.allreduce.median === null) parts.push(el("p", {class: "muted",
+            text: `No fleet median for the all-reduce: ${p.allreduce.fleet_nodes} passing ` +
+                  `nodes, ${data.fleet_min_nodes} needed.`}));
         }
       }
-      view.replaceChildren(...parts);
+      show(...parts);
     }
     return {refresh};
   }
@@ -569,7 +576,7 @@
       }
     });
     const list = el("div", {id: "check-list"});
-    view.replaceChildren(el("h1", {text: "On-demand checks"}),
+    show(el("h1", {text: "On-demand checks"}),
       el("p", {class: "muted", text: "Like airlock check --nodes/--partition/--feature: the " +
         "targets are isolated by a maintenance reservation (running jobs finish; jobs " +
         "elsewhere are untouched), checked, and only a node with a verdict of its own is " +
@@ -607,7 +614,7 @@
       const verdict = result ? {0: "all passed", 1: "some failed",
                                 3: "nothing failed; some skipped or not seen"}[result.exit_code]
         : "";
-      view.replaceChildren(
+      show(
         el("p", {}, el("a", {href: "#/checks", text: "‹ checks"})),
         el("h1", {}, `Check ${data.id} `, badge(`s-${data.state}`, data.state)),
         el("p", {text: `${what}, level ${r.level}, wait for jobs ${r.wait_jobs} min` +
@@ -658,7 +665,7 @@
       state.current = v;
       if (parts[0] !== "nodes") await v.refresh();
     } catch (e) {
-      view.replaceChildren(el("p", {class: "banner", text: e.message}));
+      show(el("p", {class: "banner", text: e.message}));
       return;
     }
     const tick = async () => {
