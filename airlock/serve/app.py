@@ -153,6 +153,7 @@ def build(cfg, *, listen_host: str = "127.0.0.1", source: Source | None = None,
         source.start()
         yield
         source.stop()
+        runner.stop()
 
     app = FastAPI(title="Airlock", version=__version__, lifespan=lifespan,
                   openapi_url=f"{API}/openapi.json", docs_url=None, redoc_url=None,

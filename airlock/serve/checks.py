@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import signal
 import subprocess
 import sys
 import threading
@@ -60,6 +61,7 @@ class CheckRunner:
         self._checks: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self._active: str | None = None
         self._started: list[float] = []  # accepted starts within the window (rate limit)
+        self._proc: subprocess.Popen | None = None
 
     # --- what the API calls ----------------------------------------------------------------
     def submit(self, request: dict[str, Any], targets: list[str]) -> dict[str, Any]:
@@ -109,6 +111,18 @@ class CheckRunner:
     def active(self) -> str | None:
         return self._active
 
+    def stop(self, timeout: float = 60.0) -> None:
+        """The service is stopping: interrupt a running check as Ctrl-C would (SIGINT), so
+        that `airlock check` deletes its reservation on the way out; kill it after timeout."""
+        proc = self._proc
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
     # --- the command ---------------------------------------------------------------------------
     def argv(self, request: dict[str, Any]) -> list[str]:
         """`airlock check` with the request's values, each as one --option=value argument (a
@@ -133,9 +147,9 @@ class CheckRunner:
     def _run(self, check_id: str, argv: list[str]) -> None:
         rc, out, last = None, "", ""
         try:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, text=True, errors="replace",
-                                    env=dict(os.environ))
+            proc = self._proc = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                text=True, errors="replace", env=dict(os.environ))
             out_parts: list[str] = []
             reader = threading.Thread(target=lambda: out_parts.append(proc.stdout.read()),
                                       daemon=True)
