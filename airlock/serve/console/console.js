@@ -74,6 +74,11 @@
   const badge = (cls, text) => el("span", {class: `badge ${cls}`, text});
   const condBadge = (c) => badge(`c-${c}`, LABEL[c] || c);
   const verdictBadge = (v) => badge(`v-${v || "none"}`, v ? v.toUpperCase() : "none");
+  // A reason explains the node only while it is out of service: Slurm 23.11+ without an
+  // accounting plugin keeps the old reason on a node it resumed (airlock.slurm.reason_in_force).
+  const inForce = (n) => /(^|\+)(DRAIN|DRAINED|DRAINING|FAIL)(\+|$)|^DOWN/.test(n.slurm_state);
+  const reasonText = (n) => !n.reason ? "" : inForce(n) ? n.reason
+    : `${n.reason} (kept by Slurm after a resume; not in force)`;
   const nodeLink = (name) => el("a", {href: `#/node/${encodeURIComponent(name)}`, text: name});
   function banner(message, cls) {
     const b = document.getElementById("banner");
@@ -255,7 +260,10 @@
           el("td", {class: "mono", text: r.slurm_state}),
           el("td", {}, condBadge(r.condition)),
           el("td", {text: r.failed_check || ""}),
-          el("td", {class: "reason", title: r.message || "", text: r.reason || ""}),
+          r.reason && !inForce(r)
+            ? el("td", {class: "reason stale", text: r.reason,
+                        title: "kept by Slurm after a resume; not in force"})
+            : el("td", {class: "reason", title: r.message || "", text: r.reason || ""}),
           el("td", {title: when(r.last_check_at)},
              r.last_check_at ? `${ago(r.last_check_at)} (${r.last_level || ""} ` +
                `${(r.verdict || "").toUpperCase()})` : ""),
@@ -335,8 +343,8 @@
       const n = data.node;
       const facts = [
         ["Slurm state", n.slurm_state],
-        ["reason", n.reason ? `${n.reason}` + (n.reason_owner === "airlock" ? "" :
-          " (not Airlock's)") : ""],
+        ["reason", reasonText(n) + (n.reason && n.reason_owner !== "airlock"
+          ? " (not Airlock's)" : "")],
         ["partitions", (n.partitions || []).join(", ")],
         ["features", (n.features || []).join(", ")],
         ["profile", n.profile || ""],
