@@ -1,13 +1,15 @@
 """`airlock serve` at 10,000 nodes of recorded status (issue 18's goals: GET /api/v1/nodes
 answers in <= 0.3 s; the console's node table renders 10,000 rows usably).
 
-A recorded cluster (airlock/dev/recorded.py): a stand-in scontrol answering `show node` with
-10,000 recorded `scontrol -o` lines (5 % failed, 1 % own errors, 1 % pending, 1 % an admin's
-drain) and a latest.json run document per node in the shared directory. `airlock serve` runs as
+A recorded cluster (tests/unit/recorded.py): the fake 22.05 controller of tests/unit/fakeslurm.py
+answering `scontrol -o show node` for 10,000 nodes in 22.05's recorded line format (5 % failed,
+1 % own errors, 1 % pending, 1 % an admin's drain) and a latest.json run document per node in
+the shared directory. `airlock serve` runs as
 its own process, as on a controller. Measured side by side in one run:
 
   * the background read of the whole status (status.collect: one Slurm call, 10,000 result
-    documents), which the service does every [serve] refresh seconds, off the request path;
+    documents), which the service does every [serve] refresh seconds, off the request path,
+    and the fake controller's share of it (its `scontrol show node` alone);
   * GET /healthz (the floor: HTTP and the framework) against GET /api/v1/nodes, plain and
     gzip, and filtered (?state=failed), and one node's page (GET /api/v1/nodes/NODE), over a
     kept-alive connection, wall time from request to last byte;
@@ -37,7 +39,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from airlock import config as config_mod  # noqa: E402
 from airlock import status  # noqa: E402
 from airlock.dev.cluster import free_port  # noqa: E402
-from airlock.dev.recorded import Recorded, check, run_doc  # noqa: E402
+from airlock.slurm import Slurm  # noqa: E402
+from tests.unit.recorded import Recorded, check, run_doc  # noqa: E402
 
 GOAL_NODES_S = 0.3
 CHROMIUM = "/usr/bin/chromium"
@@ -50,32 +53,34 @@ def build(root: Path, n: int, seed: int = 1) -> Path:
     rnd = random.Random(seed)
     r = Recorded(root)
     now = time.time()
+    nodes: dict[str, dict] = {}
     for i in range(n):
         name = f"gpu{i:05d}"
         x = rnd.random()
         part = ("main", f"rack{i // 500:02d}")
         if x < 0.05:
-            r.add_node(name, state="IDLE+DRAIN", partitions=part,
+            nodes[name] = dict(state="IDLE+DRAIN", partitions=part,
                        reason=f"airlock: FAIL gpu_count 7 GPUs, expected 8 ({i})")
             verdict, checks = "fail", [check("gpu_count", "fail", "7 GPUs, expected 8",
                                              found=7, expected=8)]
         elif x < 0.06:
-            r.add_node(name, state="IDLE+DRAIN", partitions=part,
+            nodes[name] = dict(state="IDLE+DRAIN", partitions=part,
                        reason="airlock: FAIL suite not seen: burnin (no time)")
             verdict, checks = "error", [check("burnin", "error", "no time")]
         elif x < 0.07:
-            r.add_node(name, state="IDLE+DRAIN", partitions=part,
+            nodes[name] = dict(state="IDLE+DRAIN", partitions=part,
                        reason="airlock: pending standard check boot")
             verdict, checks = "pass", [check("gpu_count", found=8, expected=8)]
         elif x < 0.08:
-            r.add_node(name, state="IDLE+DRAIN", partitions=part, reason="disk swap",
+            nodes[name] = dict(state="IDLE+DRAIN", partitions=part, reason="disk swap",
                        reason_user="admin")
             verdict, checks = "pass", [check("gpu_count", found=8, expected=8)]
         else:
-            r.add_node(name, partitions=part, busy=x > 0.5)
+            nodes[name] = dict(partitions=part, busy=x > 0.5)
             verdict, checks = "pass", [check("gpu_count", found=8, expected=8)]
         r.add_run(run_doc(name, level="quick", trigger="periodic", verdict=verdict,
                           finished_at=now - rnd.uniform(0, 600), checks=checks, seq=i))
+    r.add_nodes(nodes)
     return r.write(serve={"refresh": 30.0})
 
 
@@ -150,6 +155,13 @@ def main() -> int:
         assert len(doc["nodes"]) == args.nodes
         assert not any(r["results_problem"] for r in doc["nodes"][:50])
         report["status_read_s"] = statistics.median(reads)
+        slurm = Slurm.from_config(cfg)
+        calls = []
+        for _ in range(3):
+            t = time.perf_counter()
+            slurm.nodes()
+            calls.append(time.perf_counter() - t)
+        report["slurm_call_s"] = statistics.median(calls)
         port = free_port()
         env = {**os.environ, "AIRLOCK_CONFIG": str(conf)}
         proc = subprocess.Popen([sys.executable, "-m", "airlock", "serve", "--listen",
@@ -185,7 +197,8 @@ def main() -> int:
             proc.wait(30)
     ms = lambda s: f"{s * 1000:7.1f} ms"  # noqa: E731
     print(f"airlock serve, {args.nodes} nodes of recorded status (python bench/bench_serve.py)")
-    print(f"  background status read (status.collect)   {ms(report['status_read_s'])}")
+    print(f"  background status read (status.collect)   {ms(report['status_read_s'])}  "
+          f"(of which the fake controller's scontrol call {ms(report['slurm_call_s'])})")
     for key, label in (("healthz", "GET /healthz (floor)"),
                        ("nodes_plain", "GET /api/v1/nodes"),
                        ("nodes_gzip", "GET /api/v1/nodes, gzip"),

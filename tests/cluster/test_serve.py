@@ -192,7 +192,7 @@ def test_nodes_list_is_status_with_conditions_and_filters(lab):
     assert rows["node3"]["recovery"] == "manual"
     # Airlock's own trouble is its own state: not a pass, not the node's failure.
     n4 = rows["node4"]
-    assert n4["condition"] == "error" and n4["airlock"] == "failed"
+    assert n4["condition"] == "error" and n4["airlock"] == "own-error"
     assert "own error (healthcheck)" in n4["message"] and "needs an operator" in n4["message"]
     assert doc["conditions"]["error"] == 1 and doc["conditions"]["failed"] == 1
     assert rows["node1"]["partitions"] == ["main", "gpu"] and "nvl" in rows["node1"]["features"]
@@ -203,7 +203,8 @@ def test_nodes_list_is_status_with_conditions_and_filters(lab):
     assert [r["node"] for r in feat["nodes"]] == ["node1", "node2"]
     bad = lab.get("/api/v1/nodes", params={"state": "failed,error"}).json()
     assert [r["node"] for r in bad["nodes"]] == ["node3", "node4"]
-    assert bad["summary"]["failed"] == 2 and bad["conditions"]["failed"] == 1
+    assert bad["summary"]["failed"] == 1 and bad["summary"]["own-error"] == 1
+    assert bad["conditions"]["failed"] == 1 and bad["conditions"]["error"] == 1
     # `airlock status --json` is the same document (one code path)
     out = subprocess.run([sys.executable, "-m", "airlock", "status", "--json"],
                          env=lab.cluster.env(), capture_output=True, text=True, timeout=60)
@@ -263,13 +264,14 @@ def test_failed_and_own_error_nodes_and_a_run_by_id(lab):
     assert recovery["available"] and recovery["breaker"]["open"] is False
     cases = {c["node"]: c for c in recovery["cases"]}
     assert cases["node2"]["state"] == "healthy" and cases["node3"]["state"] == "manual"
-    assert cases["node4"]["state"] == "manual"  # this module's policy: left for a person
+    assert "node4" not in cases  # an own error is never a recovery case
     assert [(a["node"], a["kind"], a["status"]) for a in recovery["actions"]] == \
         [("node2", "reboot", "done")]
     metrics = lab.get("/metrics").text
     assert 'airlock_node_own_error{node="node4"} 1.0' in metrics
     assert 'airlock_node_own_error{node="node3"} 0.0' in metrics
-    assert 'airlock_nodes{state="failed"} 2.0' in metrics
+    assert 'airlock_nodes{state="failed"} 1.0' in metrics
+    assert 'airlock_nodes{state="own-error"} 1.0' in metrics
     assert 'airlock_condition_nodes{condition="error"} 1.0' in metrics
     assert "airlock_recovery_breaker_open 0.0" in metrics
     health = lab.get("/healthz").json()

@@ -1,6 +1,6 @@
-"""`airlock serve` without daemons: the application over a recorded cluster (a stand-in
-`scontrol` that answers `show node` from recorded lines, run documents in a shared directory,
-a recovery database written by the store itself), through Starlette's test client; the listen
+"""`airlock serve` without daemons: the application over a recorded cluster (the fake 22.05
+controller of tests/unit/fakeslurm.py, run documents in a shared directory, a recovery database
+written by the store itself; tests/unit/recorded.py), through Starlette's test client; the listen
 rule, tokens, the Guard, the check runner, the OpenAPI document as committed, the systemd unit,
 and the hooks' path free of any of it. tests/cluster/test_serve.py runs the same service
 against real Slurm daemons and a real browser."""
@@ -19,7 +19,6 @@ import pytest
 
 from airlock import config as config_mod
 from airlock import render, status
-from airlock.dev.recorded import Recorded, check, run_doc
 from airlock.errors import ConfigError
 from airlock.recovery.machine import Case
 from airlock.recovery.store import RecoveryStore
@@ -28,6 +27,7 @@ from airlock.serve.checks import CheckRunner, Conflict, RateLimited
 from airlock.serve.security import Guard, Tokens, check_listen, host_of, read_token
 from airlock.settings.serve import ServeSection, parse_listen
 from airlock.slurm import Node
+from tests.unit.recorded import Recorded, check, run_doc
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # starlette's note about httpx's successor
@@ -109,7 +109,7 @@ def test_nodes_are_status_with_conditions(api):
     assert {n: r["condition"] for n, r in rows.items()} == {
         "node1": "healthy", "node2": "failed", "node3": "error", "node4": "drained-other",
         "node5": "error", "node6": "pending"}
-    assert rows["node3"]["airlock"] == "failed"  # the coarse state stays as it was
+    assert rows["node3"]["airlock"] == "own-error"
     assert "own error (suite)" in rows["node3"]["message"]
     assert rows["node5"]["airlock"] == "healthy"
     assert rows["node5"]["message"].startswith("in service, but Airlock's own prolog failed")
@@ -127,7 +127,7 @@ def test_node_filters_and_their_counts(api):
     both = api.get("/api/v1/nodes", params=[("state", "error"), ("state", "pending")]).json()
     assert [r["node"] for r in both["nodes"]] == ["node3", "node5", "node6"]
     coarse = api.get("/api/v1/nodes?state=quarantined,failed").json()
-    assert [r["node"] for r in coarse["nodes"]] == ["node2", "node3", "node6"]
+    assert [r["node"] for r in coarse["nodes"]] == ["node2", "node6"]
     bad = api.get("/api/v1/nodes?state=nope")
     assert bad.status_code == 400 and "unknown state 'nope'" in bad.json()["error"]
 
@@ -363,8 +363,8 @@ def test_checks_need_their_token_and_are_off_without_one(recorded, tmp_path, api
 
 
 def test_a_check_runs_airlock_check_itself(api):
-    """Against the recorded cluster, `airlock check` cannot create its reservation (the
-    stand-in scontrol refuses every update): the check ends as an error in the command's own
+    """Against the fake controller, `airlock check` cannot create its reservation (the fake
+    answers `show node` and `update` only): the check ends as an error in the command's own
     words, through the same process a real one runs in (tests/cluster/test_serve.py runs
     real ones)."""
     res = api.post("/api/v1/checks", json={"nodes": "node1", "only": ["gpu_count"],
@@ -378,7 +378,7 @@ def test_a_check_runs_airlock_check_itself(api):
         assert time.monotonic() < deadline
         time.sleep(0.2)
     assert done["state"] == "error" and done["exit_code"] == 2
-    assert "not a real Slurm" in done["error"]
+    assert "create reservation" in done["error"] and "not faked" in done["error"]
     assert api.get("/api/v1/checks/20990101T000000-deadbeef").status_code == 404
     assert api.get("/api/v1/checks/..").status_code in (400, 404)
 
