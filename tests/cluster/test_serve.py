@@ -385,7 +385,10 @@ def test_console_in_chromium(lab, browser, tmp_path):
     # The node table: the failed node and its reason in Slurm's words.
     page.goto(lab.url + "/")
     row = page.locator('table#nodes tr[data-node="node3"]')
-    row.wait_for()
+    try:
+        row.wait_for()
+    except Exception as exc:  # say why the page never drew, not only that it did not
+        pytest.fail(f"the console drew no node table ({exc}); the page said: {problems}")
     assert row.locator(".badge").inner_text() == "failed"
     reason = lab.cluster.node("node3").reason
     assert row.locator("td.reason").inner_text() == reason

@@ -430,7 +430,7 @@
           data.cases.map((c) => [nodeLink(c.node), c.state, c.failure_class,
             `${Math.min(c.step + 1, c.ladder.length)}/${c.ladder.length} ` +
               `${c.next_action || ""}`, c.check, c.detail, c.note, when(c.since)]), "cases"),
-        data.stuck.length ? el("h2", {text: "Stuck in a check"}) : null,
+        data.stuck.length ? el("h2", {text: "Stuck, or waiting for an operator"}) : null,
         data.stuck.length ? simpleTable(["node", "reason", "since"], data.stuck.map((s) =>
           [nodeLink(s.node), s.reason, when(s.since)])) : null,
         el("h2", {text: "Last actions"}),
