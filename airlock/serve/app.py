@@ -221,7 +221,7 @@ def build(cfg, *, listen_host: str = "127.0.0.1", source: Source | None = None,
     def healthz():
         """Liveness: 200 once a status document has been read (even if the last refresh
         failed: then status_error says why), 503 before."""
-        snap = svc.source._snapshot
+        snap = svc.source.latest
         body = {"ok": snap is not None, "status_error": svc.source.error,
                 "status_age_s": round(time.time() - snap.read_at, 1) if snap else None,
                 "check_running": svc.runner.active}

@@ -102,6 +102,11 @@ class Source:
             self._wake.wait(self.refresh)
             self._wake.clear()
 
+    @property
+    def latest(self) -> Snapshot | None:
+        """The last good snapshot without waiting (None before the first read)."""
+        return self._snapshot
+
     def current(self, timeout: float = 30.0) -> Snapshot:
         """The last good snapshot, waiting up to timeout for the first one."""
         deadline = time.monotonic() + timeout
