@@ -95,8 +95,23 @@ class FakeNode:
         if hook not in HOOKS:
             raise ValueError(hook)
         argv = [*prefix, sys.executable, "-m", f"airlock.hooks.{hook}"]
-        return subprocess.run(argv, env=self.env(hook, job, **extra), cwd=self.root,
-                              capture_output=True, text=True, timeout=timeout)
+        with subprocess.Popen(argv, env=self.env(hook, job, **extra), cwd=self.root,
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) as proc:
+            try:
+                stdout, stderr = proc.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                stdout, stderr = proc.communicate()
+                raise AssertionError(f"{hook} still running after {timeout:g} s: "
+                                     f"{stderr[-2000:]}") from None
+        out = subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
+        out.pid = proc.pid  # the hook's calls to the fake Slurm carry it as their ppid
+        return out
+
+    def calls_by(self, out: subprocess.CompletedProcess, verb: str = "") -> list[dict]:
+        """The fake Slurm calls a hook run made itself (not the suite it started)."""
+        return [c for c in self.slurm.calls(verb) if c["ppid"] == out.pid]
 
     # --- the processes of this node -----------------------------------------------------------
     def processes(self) -> list[int]:
@@ -116,24 +131,33 @@ class FakeNode:
         return found
 
     def stop(self, timeout: float = 10) -> list[int]:
-        """SIGKILL this node's processes (a suite's whole session), wait until they are gone;
-        the PIDs that were alive."""
-        pids = self.processes()
-        for pid in pids:
-            try:
-                if os.getsid(pid) == pid:
-                    os.killpg(pid, signal.SIGKILL)
-                else:
-                    os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+        """SIGKILL this node's processes (a suite's whole session, and anything it started
+        meanwhile) and wait until each is gone or a zombie; the PIDs that were alive."""
+        killed: dict[int, int | None] = {}
         deadline = time.monotonic() + timeout
-        while self.processes() and time.monotonic() < deadline:
+        while True:
+            for pid in self.processes():
+                if pid not in killed:
+                    killed[pid] = boot_mod.process_start(pid)
+                    _kill(pid)
+            # (An exiting process shows an empty environment before it is gone: each is
+            # waited for by its start time, not by the mark.)
+            left = [p for p, start in killed.items() if boot_mod.alive(p, start)]
+            if not left and not self.processes():
+                return sorted(killed)
+            if time.monotonic() > deadline:
+                raise AssertionError(f"processes of {self.conf} survived SIGKILL: {left}")
             time.sleep(0.05)
-        left = self.processes()
-        if left:
-            raise AssertionError(f"processes of {self.conf} survived SIGKILL: {left}")
-        return pids
+
+
+def _kill(pid: int) -> None:
+    try:
+        if os.getsid(pid) == pid:
+            os.killpg(pid, signal.SIGKILL)  # a suite's session: its checks too
+        else:
+            os.kill(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def cmdline(pid: int) -> list[str]:
