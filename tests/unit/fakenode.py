@@ -38,6 +38,7 @@ class FakeNode:
         self.slurm = FakeSlurm(self.root / "slurm", nodes=[name], **node_fields)
         self.sim = self.root / "gpus.json"
         self.conf = self.root / "airlock.toml"
+        self.extra = extra
         self.set_faults(faults or {})
         self.write_config(extra)
 
@@ -47,18 +48,21 @@ class FakeNode:
                 f'[slurm]\nbin_dir = "{self.slurm.bin_dir}"\ntimeout = {self.slurm_timeout}\n'
                 f'[nvml]\nsimulate = "{self.sim}"\n')
 
-    def write_config(self, extra: str = "", level: str | None = None) -> None:
-        """The base config plus extra TOML ([registration] level is added unless extra has a
-        [registration] table of its own)."""
+    def write_config(self, extra: str | None = None, level: str | None = None) -> None:
+        """The base config plus extra TOML (the last one given when None; [registration] level
+        is added unless extra has a [registration] table of its own)."""
+        extra = self.extra if extra is None else extra
+        self.extra = extra
         text = self.base_config()
         if "[registration]" not in extra:
             text += f'[registration]\nlevel = "{level or self.level}"\n'
         self.conf.write_text(text + extra)
 
-    def set_faults(self, faults: dict) -> None:
+    def set_faults(self, faults: dict, gpus: list[dict] | None = None) -> None:
         """Fault switches in the node's simulation entry (the dev cluster's way: slurmd gives
-        the hooks no environment to carry them)."""
-        self.sim.write_text(json.dumps({"nodes": {self.name: {"gpus": healthy_gpus(8),
+        the hooks no environment to carry them), and its GPUs (healthy when None)."""
+        gpus = healthy_gpus(8) if gpus is None else gpus
+        self.sim.write_text(json.dumps({"nodes": {self.name: {"gpus": gpus,
                                                               "faults": faults}}}))
 
     @property

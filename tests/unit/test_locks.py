@@ -16,12 +16,16 @@ hooks/prolog.py, or `if hook.proven()` -> `if True` in hooks/healthcheck.py.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
 from airlock import boot as boot_mod
 from airlock import nodestate
-from tests.unit.fakenode import FakeNode, cmdline
+from airlock.dev.cluster import healthy_gpus
+from airlock.hooks import gate
+from tests.unit.fakenode import FakeNode, cmdline, wait_for
 
 # The suite stays in its first check, so that the test sees it run (and ends it).
 HANG = {"hang_check": "nvml"}
@@ -147,3 +151,43 @@ def test_the_proven_pass_paths_ask_slurm_nothing(fake_node):
         out = node.run(hook)
         assert out.returncode == 0 and "quick pass" in out.stderr, out.stderr
     assert node.slurm.calls() == [] and node.processes() == []
+
+
+# --- issue 17 items the tests above run into (fixed on main by the lead) -------------------------
+@pytest.mark.xfail(strict=True, reason="issue 17: prolog, proven boot, failing quick check, "
+                   "drain fails: exits 0 and the job runs on a node that just failed")
+def test_a_failing_prolog_whose_drain_fails_still_refuses_the_job(fake_node):
+    node = fake_node()
+    node.prove()
+    gpus = healthy_gpus(8)
+    gpus[3]["lost"] = True
+    node.set_faults({}, gpus)
+    node.slurm.fail("update")  # slurmctld refuses (or never answers) the drain
+    out = node.run("prolog")
+    (tried,) = node.calls_by(out, "update")
+    assert tried["argv"][4].startswith("reason=airlock: FAIL gpu_lost gpu3"), tried
+    assert out.returncode != 0, out.stderr  # Slurm's own prolog-failure drain then holds it
+
+
+@pytest.mark.xfail(strict=True, reason="issue 17: PID reuse with pid_start None: watch kills "
+                   "whatever process group now has the recorded PID")
+def test_a_suite_recorded_without_its_start_time_is_never_killed_by_pid_alone(fake_node):
+    node = fake_node()
+    # Someone else's process now holds the PID the record names (the suite is long gone).
+    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
+                                start_new_session=True,
+                                env={**node.env("healthcheck"), "PATH": "/usr/bin:/bin"})
+    try:
+        start = wait_for(lambda: boot_mod.process_start(stranger.pid), 10, "the stranger")
+        node.state.start("r-old", boot_mod.current("n1"), stranger.pid, "quick", "boot")
+        with node.state._locked():
+            data = node.record()
+            data.update(pid_start=None, phase="checking",
+                        started_uptime=round(boot_mod.uptime() - 1800 - gate.GRACE_S - 60, 3))
+            node.state.save(data)
+        out = node.run("healthcheck")
+        assert out.returncode == 0, out.stderr
+        assert boot_mod.alive(stranger.pid, start), "the stranger's process group was killed"
+    finally:
+        stranger.kill()
+        stranger.wait()
