@@ -27,6 +27,23 @@ from tests.unit.fakeslurm import FakeSlurm
 
 HOOKS = ("healthcheck", "prolog", "epilog")
 
+# A hook whose wall clock reads `shift` seconds off (the kernel's boot and monotonic clocks
+# untouched): every wall-clock read Airlock makes goes through these functions of `time`.
+# (faketime does this at the libc level, but libfaketime 0.9.10 with FAKETIME_DONT_FAKE_MONOTONIC
+# makes every time.sleep fail with EINVAL, and with it every wait on a subprocess: a hook that
+# asks Slurm anything cannot run under it.)
+STEPPED = """import runpy, sys, time
+hook, shift = sys.argv[1], float(sys.argv[2])
+_time, _ns, _local, _gm, _strf = time.time, time.time_ns, time.localtime, time.gmtime, time.strftime
+time.time = lambda: _time() + shift
+time.time_ns = lambda: _ns() + int(shift * 1e9)
+time.localtime = lambda secs=None: _local(time.time() if secs is None else secs)
+time.gmtime = lambda secs=None: _gm(time.time() if secs is None else secs)
+time.strftime = lambda fmt, t=None: _strf(fmt, time.localtime() if t is None else t)
+sys.argv = [hook]
+runpy.run_module(f"airlock.hooks.{hook}", run_name="__main__")
+"""
+
 
 class FakeNode:
     def __init__(self, root: Path, name: str = "n1", level: str = "quick", extra: str = "",
@@ -94,11 +111,15 @@ class FakeNode:
         return env
 
     def run(self, hook: str, job: str = "9", prefix: tuple[str, ...] = (), timeout: float = 90,
-            **extra: str) -> subprocess.CompletedProcess:
-        """The hook as slurmd runs it; its exit code and output."""
+            wall_shift: float = 0.0, **extra: str) -> subprocess.CompletedProcess:
+        """The hook as slurmd runs it (its wall clock wall_shift seconds off, when set); its
+        exit code and output."""
         if hook not in HOOKS:
             raise ValueError(hook)
-        argv = [*prefix, sys.executable, "-m", f"airlock.hooks.{hook}"]
+        if wall_shift:
+            argv = [*prefix, sys.executable, "-c", STEPPED, hook, str(wall_shift)]
+        else:
+            argv = [*prefix, sys.executable, "-m", f"airlock.hooks.{hook}"]
         with subprocess.Popen(argv, env=self.env(hook, job, **extra), cwd=self.root,
                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) as proc:
