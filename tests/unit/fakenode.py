@@ -89,8 +89,10 @@ class FakeNode:
     def record(self) -> dict | None:
         return self.state.load()
 
-    def prove(self, verdict: str = "pass") -> dict:
-        return prove_boot(self.conf, self.name, verdict)
+    def prove(self, verdict: str = "pass", settled: bool = False) -> dict:
+        """A finished registration of this boot (airlock.dev.proof.prove_boot); settled: an
+        old proof, whose periodic pass path asks Slurm nothing any more."""
+        return prove_boot(self.conf, self.name, verdict, settled=settled)
 
     def adopt(self) -> dict:
         return self.state.adopt(boot_mod.current(self.name), f"adopt-{os.getpid()}",

@@ -32,7 +32,7 @@ REAL_BOOT_CLOCK = {"FAKETIME_DONT_FAKE_MONOTONIC": "1"}
 @pytest.mark.parametrize("hours", [-1, +1])
 def test_a_proven_boot_stays_proven_when_the_clock_steps(fake_node, hours):
     node = fake_node()
-    proof = node.prove()
+    proof = node.prove(settled=True)
     for hook in ("healthcheck", "prolog"):
         out = node.run(hook, prefix=stepped(hours), **REAL_BOOT_CLOCK)
         assert out.returncode == 0, out.stderr

@@ -48,8 +48,32 @@ def test_interval_and_timeout_items():
 
 def test_torch_probe_reports_cpu_only_torch():
     (item,) = doctor.check_torch()
-    # This machine has a CPU build of torch: the deep level works, on CPU only.
-    assert item.status == "WARN" and "without CUDA" in item.detail, item
+    # This machine has a CPU build of torch: fine where no GPU is expected.
+    assert item.status == "OK" and "CPU-only build" in item.detail, item
+
+
+def test_a_cpu_only_torch_fails_on_a_node_whose_profile_expects_gpus():
+    """Issue 17: the heavy checks never fall back to the CPU on a GPU node, so a CPU wheel
+    installed by mistake fails every registration; doctor says so first."""
+    (item,) = doctor.check_torch(gpus=doctor.Gpus(8, "h100-sxm-8x"))
+    assert item.status == "FAIL", item
+    assert item.detail == ("2.13.0+cpu, a CPU-only build: profile h100-sxm-8x expects 8 GPUs; "
+                           "install a CUDA build of torch")
+    (sim,) = doctor.check_torch(gpus=doctor.Gpus(8, "h100-sxm-8x", simulated=True))
+    assert sim.status == "OK" and "stand-ins" in sim.detail
+
+
+@pytest.mark.parametrize("seen, status, detail", [
+    ({"version": "2.5.1", "cuda": "12.4", "devices": 0,
+      "error": "RuntimeError: CUDA error 802: system not yet initialized"}, "FAIL",
+     "2.5.1 (CUDA 12.4) sees 0 CUDA devices: profile h100 expects 8 GPUs: RuntimeError: CUDA "
+     "error 802: system not yet initialized"),
+    ({"version": "2.5.1", "cuda": "12.4", "devices": 8}, "OK",
+     "2.5.1 (CUDA 12.4), 8 CUDA devices (profile h100 expects 8 GPUs)"),
+])
+def test_torch_judged_against_the_profile(seen, status, detail):
+    item = doctor.judge_torch(seen, doctor.Gpus(8, "h100"))
+    assert (item.status, item.detail) == (status, detail)
 
 
 DATA = Path(__file__).parents[1] / "data"

@@ -146,16 +146,14 @@ def test_a_node_adopted_until_its_next_reboot_runs_jobs(fake_node):
 def test_the_proven_pass_paths_ask_slurm_nothing(fake_node):
     """The other side of the locks: a boot with its own passing registration."""
     node = fake_node()
-    node.prove()
+    node.prove(settled=True)
     for hook in ("healthcheck", "prolog"):
         out = node.run(hook)
         assert out.returncode == 0 and "quick pass" in out.stderr, out.stderr
     assert node.slurm.calls() == [] and node.processes() == []
 
 
-# --- issue 17 items the tests above run into (fixed on main by the lead) -------------------------
-@pytest.mark.xfail(strict=True, reason="issue 17: prolog, proven boot, failing quick check, "
-                   "drain fails: exits 0 and the job runs on a node that just failed")
+# --- issue 17 items the fake makes cheap to hold ----------------------------------------------
 def test_a_failing_prolog_whose_drain_fails_still_refuses_the_job(fake_node):
     node = fake_node()
     node.prove()
@@ -169,8 +167,6 @@ def test_a_failing_prolog_whose_drain_fails_still_refuses_the_job(fake_node):
     assert out.returncode != 0, out.stderr  # Slurm's own prolog-failure drain then holds it
 
 
-@pytest.mark.xfail(strict=True, reason="issue 17: PID reuse with pid_start None: watch kills "
-                   "whatever process group now has the recorded PID")
 def test_a_suite_recorded_without_its_start_time_is_never_killed_by_pid_alone(fake_node):
     node = fake_node()
     # Someone else's process now holds the PID the record names (the suite is long gone).
