@@ -163,6 +163,12 @@ class FakeSlurm:
         with self._locked() as state:
             state["nodes"][name] = new_node(name, **fields)
 
+    def add_many(self, nodes: dict[str, dict]) -> None:
+        """Many nodes in one write of the table ({name: fields}): bench/bench_serve.py's 10,000."""
+        with self._locked() as state:
+            for name, fields in nodes.items():
+                state["nodes"][name] = new_node(name, **fields)
+
     def set(self, name: str, **fields) -> None:
         """Change a node as the controller would see it (state, flags, reason, cpu_alloc...)."""
         with self._locked() as state:
