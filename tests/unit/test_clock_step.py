@@ -60,9 +60,6 @@ def test_a_running_suite_is_neither_late_nor_dead_after_the_clock_steps_back(fak
     assert node.slurm.node("n1")["reason"] == "airlock: pending quick check new"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 17 (found with section 4): the epilog dates "
-                   "XIDs by the wall clock against the prolog's wall-clock snapshot, so a fatal "
-                   "XID during a job is missed once the clock stepped back")
 def test_a_fatal_xid_during_a_job_is_caught_after_the_clock_stepped_back(fake_node):
     node = fake_node()
     node.prove()
