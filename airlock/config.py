@@ -49,10 +49,17 @@ SECTIONS: dict[str, str] = {
     "burnin": "airlock.settings.checks:BurninSection",
     "memtest": "airlock.settings.checks:MemtestSection",
     "allreduce": "airlock.settings.checks:AllreduceSection",
+    "dcgm": "airlock.settings.checks:DcgmSection",
+    "flaps": "airlock.settings.checks:FlapsSection",
+    "loopback": "airlock.settings.checks:LoopbackSection",
+    "pcie_bw": "airlock.settings.checks:PcieBwSection",
+    "p2p": "airlock.settings.checks:P2pSection",
+    "drift": "airlock.settings.checks:DriftSection",
     "recovery": "airlock.recovery.settings:RecoverySection",
     "metrics": "airlock.settings.node:MetricsSection",
     "prolog": "airlock.settings.node:PrologSection",
     "epilog": "airlock.settings.node:EpilogSection",
+    "serve": "airlock.settings.serve:ServeSection",
 }
 
 PATH_KEYS = ("state_dir", "log_dir", "shared_dir")
