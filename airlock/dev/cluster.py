@@ -56,7 +56,8 @@ MARKER = "AIRLOCK_DEVCLUSTER"
 VERSIONS = ("22.05", "24.11")
 CHROOT = "/var/cache/airlock/trixie"  # scripts/slurm-chroot.sh (AIRLOCK_CHROOT overrides)
 CHROOT_MARK = "/etc/airlock-chroot"  # exists inside the chroot only
-CLIENTS = ("scontrol", "sbatch", "srun", "sinfo", "scancel", "squeue", "strigger", "salloc")
+CLIENTS = ("scontrol", "sbatch", "srun", "sinfo", "scancel", "squeue", "strigger", "salloc",
+           "sdiag")
 REBOOT_OFF_S = 3.0  # how long the RebootProgram's "machine" stays off
 # How long a new cloud instance takes to boot before its slurmd starts. slurmctld ignores a
 # powering-up node's registration while its (whole-second) boot time is older than the power-up;
