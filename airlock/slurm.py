@@ -487,6 +487,27 @@ class Slurm:
         _check_name(name)
         return self.nodes([name])[0]
 
+    def known(self, names: Iterable[str]) -> set[str]:
+        """Which of names Slurm lists (FUTURE nodes included), in one call: for documents
+        written by other nodes, which may name nodes that do not exist."""
+        wanted = [n for n in dict.fromkeys(names) if _NAME.match(n or "")]
+        if not wanted:
+            return set()
+        rc, out, err = self._exec("scontrol", ["-o", "--future", "show", "node",
+                                               collect(wanted)])
+        found = {line[9:].split(" ", 1)[0] for line in out.split("\n")
+                 if line.startswith("NodeName=")}
+        if rc != 0 and not found and "not found" not in out + err:
+            detail = ((err or out).strip().splitlines() or [f"exit {rc}"])[-1]
+            raise SlurmError(f"scontrol show node: {detail}")
+        return found & set(wanted)
+
+    def topology(self) -> str:
+        """`scontrol show topology`: "" when no topology plugin is configured (or it fails:
+        the topology only orders groups, it never decides a verdict)."""
+        rc, out, _err = self._exec("scontrol", ["show", "topology"])
+        return out if rc == 0 else ""
+
     def hostnames(self, expr: str) -> list[str]:
         return expand(expr)
 
