@@ -76,11 +76,14 @@ def process_start(pid: int) -> int | None:
 
 
 def alive(pid: Any, start: Any) -> bool:
-    """The process recorded as (pid, start) still runs."""
+    """The process recorded as (pid, start) still runs. A PID without its start time names no
+    process: the PID may have been reused by anything since, so it is never trusted (nor
+    killed) as the one recorded."""
     if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
         return False
-    now = process_start(pid)
-    return now is not None and (start is None or now == start)
+    if not isinstance(start, int) or isinstance(start, bool):
+        return False
+    return process_start(pid) == start
 
 
 def wall_start() -> float:

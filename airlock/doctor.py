@@ -7,16 +7,19 @@ when any item FAILs, else 0.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from airlock import boot, incidents, nodestate, nvml
 from airlock import config as config_mod
+from airlock.checks.context import Context
+from airlock.checks.devices import simulated_view
 from airlock.errors import AirlockError
 from airlock.paths import node_dir, shared_node_dir
 from airlock.recovery.providers.http import token_file_problem
@@ -196,7 +199,7 @@ def check_node_state(cfg, node: str) -> list[Item]:
     else:
         items.append(Item(WARN, "registration", f"no proof for this boot ({proof.why}): the "
                           "prolog refuses jobs until a registration passes"))
-    errors = incidents.read(node_dir(cfg.state_dir, node) / incidents.FILE)
+    errors = incidents.read_node(cfg.state_dir, "", node)
     for hook, entry in sorted(errors.items()):
         items.append(Item(WARN, f"{hook} errors", f"{entry.get('count', 1)}x, last: "
                           f"{entry.get('message', '?')}"))
@@ -268,12 +271,32 @@ def check_recovery_http(cfg) -> list[Item]:
     return items
 
 
-TORCH_PROBE = ("import torch; c = torch.cuda.is_available(); "
-               "print(torch.__version__, c, torch.cuda.device_count() if c else 0)")
+# One JSON line: the version, the CUDA it was built for (None: a CPU-only wheel), how many
+# devices it can use, and CUDA's own error text when it cannot.
+TORCH_PROBE = """import json, torch
+err, n = "", 0
+try:
+    torch.cuda.init()
+    n = torch.cuda.device_count()
+except Exception as exc:
+    err = " ".join(f"{type(exc).__name__}: {exc}".split())[:160]
+print(json.dumps({"version": torch.__version__, "cuda": torch.version.cuda, "devices": n,
+                  "error": err}))
+"""
 
 
-def check_torch(python: str = sys.executable, timeout: float = 120) -> list[Item]:
+class Gpus(NamedTuple):
+    """What the node's profile expects of torch: GPUs, and whether CUDA is simulated."""
+
+    expected: int = 0
+    profile: str = ""
+    simulated: bool = False
+
+
+def check_torch(python: str = sys.executable, timeout: float = 120,
+                gpus: Gpus | None = None) -> list[Item]:
     """In a child process: importing torch takes seconds and CUDA init can hang."""
+    gpus = gpus or Gpus()
     try:
         out = subprocess.run([python, "-c", TORCH_PROBE], capture_output=True, text=True,
                              timeout=timeout, stdin=subprocess.DEVNULL)
@@ -282,13 +305,49 @@ def check_torch(python: str = sys.executable, timeout: float = 120) -> list[Item
     if out.returncode != 0:
         last = (out.stderr.strip().splitlines() or ["?"])[-1]
         if "No module named 'torch'" in last:
-            return [Item(WARN, "torch", "not installed: the deep level (burn-in, all-reduce) "
-                                        "cannot run; pip install 'slurm-airlock[deep]'")]
+            return [Item(WARN if not gpus.expected else FAIL, "torch",
+                         "not installed: the deep level (burn-in, all-reduce) cannot run; "
+                         "pip install 'slurm-airlock[deep]'")]
         return [Item(FAIL, "torch", f"import failed: {last[:120]}")]
-    version, cuda, count = (out.stdout.split() + ["", "", ""])[:3]
-    if cuda != "True":
-        return [Item(WARN, "torch", f"{version} without CUDA: the deep level runs on CPU only")]
-    return [Item(OK, "torch", f"{version}, CUDA with {count} devices")]
+    try:
+        seen = json.loads(out.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return [Item(FAIL, "torch", f"probe gave no answer: {out.stdout.strip()[-120:]!r}")]
+    return [judge_torch(seen, gpus)]
+
+
+def judge_torch(seen: dict[str, Any], gpus: Gpus) -> Item:
+    """A GPU node needs a torch that can use its GPUs: the heavy checks never fall back to the
+    CPU there (checks/devices.py), so a CPU-only wheel fails every registration."""
+    version, cuda, n = seen.get("version", "?"), seen.get("cuda"), int(seen.get("devices") or 0)
+    build = f"{version} (CUDA {cuda})" if cuda else f"{version}, a CPU-only build"
+    if gpus.simulated:
+        return Item(OK, "torch", f"{build}; CUDA simulated ([nvml] simulate): heavy checks run "
+                                 "on CPU stand-ins")
+    if not gpus.expected:
+        if n:
+            return Item(OK, "torch", f"{build}, {n} CUDA devices")
+        return Item(OK, "torch", f"{build}; no GPUs expected: heavy checks run on CPU devices")
+    need = f"profile {gpus.profile} expects {gpus.expected} GPUs"
+    if not cuda:
+        return Item(FAIL, "torch", f"{build}: {need}; install a CUDA build of torch")
+    if n < gpus.expected:
+        why = seen.get("error") or f"torch.cuda.device_count() is {n}"
+        return Item(FAIL, "torch", f"{build} sees {n} CUDA devices: {need}: {why}")
+    return Item(OK, "torch", f"{build}, {n} CUDA devices ({need})")
+
+
+def expected_gpus(cfg, node: str) -> Gpus:
+    """The GPUs this node's profile expects, as the checks will resolve it."""
+    ctx = Context.create(cfg, node, "standard")
+    try:
+        profile = ctx.profile
+        override = cfg.profile.expected_gpus
+        sim = simulated_view(cfg, node)
+    except AirlockError:
+        return Gpus()
+    return Gpus(override if override >= 0 else profile.gpus, profile.name,
+                sim is not None and bool(sim.devices))
 
 
 def run(config_path: str | None, node: str, torch_check: bool = True) -> list[Item]:
@@ -317,5 +376,5 @@ def run(config_path: str | None, node: str, torch_check: bool = True) -> list[It
         items += check_node_state(cfg, node)
         items += check_nvml(cfg, node)
     if torch_check:
-        items += check_torch()
+        items += check_torch(gpus=expected_gpus(cfg, node) if cfg is not None else None)
     return items

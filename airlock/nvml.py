@@ -6,7 +6,8 @@ host, so the simulation is keyed by node name. Without NVML and without a simula
 zero GPUs (a profile that expects GPUs then fails it with a clear reason). A simulated fault is
 one field changed from healthy_gpu_dict(): "ecc_volatile_uncorrected_dram": 2, "remap_pending":
 true, "lost": true, an "nvlink_active" entry false, "xids": [{"xid": 79}], ...; a node's
-"nvml_hang_s" makes its gather hang that long.
+"nvml_hang_s" makes its gather hang that long; a node's "cuda" says what CUDA could use of the
+simulated GPUs (airlock/faults.py, checks/devices.py).
 
 A hung driver call must not hang the hook: gather() runs under a watchdog thread and raises
 NvmlTimeout, which the `nvml` check reports as its own failure ("nvml timeout"). The stuck thread

@@ -373,3 +373,30 @@ def read_json(path: Path) -> Any | None:
             return d.read_json(path.name)
     except (OSError, ValueError):
         return None
+
+
+# --- secrets ------------------------------------------------------------------------------------
+def secret_file_problem(st: os.stat_result) -> str:
+    """Why a file must not be trusted with a secret ("" when it may): others can read it, or
+    someone other than root (or this process's user) owns it and can swap its content."""
+    if not stat.S_ISREG(st.st_mode):
+        return "not a regular file"
+    if st.st_uid not in (0, os.geteuid()):
+        return f"owned by uid {st.st_uid}, not root; chown root"
+    if st.st_mode & 0o077:
+        return (f"mode {stat.S_IMODE(st.st_mode):04o} lets group or others read it; "
+                "chmod 600")
+    return ""
+
+
+def read_secret_file(path: str, limit: int = 4096) -> tuple[str, str]:
+    """(the first line of the file, why it must not be trusted or ""): the file is opened once
+    and the open file is judged (fstat), so what was checked is what was read; a link the
+    operator configured is followed, as any configured path is. OSError when it cannot be
+    opened or read; ValueError when it is not UTF-8 text."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as fh:
+        problem = secret_file_problem(os.fstat(fd))
+        data = fh.read(limit) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+    return data.decode("utf-8").split("\n", 1)[0].strip(), problem
+

@@ -14,7 +14,6 @@ from typing import Any
 
 from airlock import incidents, reasons
 from airlock.errors import ConfigError
-from airlock.paths import node_dir, shared_node_dir
 from airlock.recovery.machine import CLOSED, IN_FLIGHT, Obs, stuck_nodes
 from airlock.recovery.store import RecoveryStore
 from airlock.report import table
@@ -24,8 +23,8 @@ from airlock.slurm import Node, Slurm
 SCHEMA = 1
 STUCK_GRACE_S = 300.0  # [recovery] stuck_grace's default
 # Every value `airlock` (the node's Airlock state) can take; summary always carries all of them.
-STATES = ("healthy", "quarantined", "failed", "recovering", "drained-other", "down", "future",
-          "unknown")
+STATES = ("healthy", "quarantined", "failed", "own-error", "recovering", "drained-other", "down",
+          "future", "unknown")
 
 
 def classify(node: Node) -> str:
@@ -44,6 +43,8 @@ def classify(node: Node) -> str:
         return "quarantined"
     if parsed.state == "recover":
         return "recovering"
+    if parsed.own_error:
+        return "own-error"  # Airlock's own trouble: an operator fixes it, recovery never acts
     if parsed.state == "FAIL":
         return "failed"
     return "unknown"
@@ -195,12 +196,8 @@ def _errors(cfg, node: str) -> dict[str, dict[str, Any]]:
     copy when there is a shared directory, else the node-local file when this host can see it
     (the same rule as for the node's results)."""
     try:
-        shared = shared_node_dir(cfg.shared_dir, node)
-        if shared is not None and (shared / incidents.FILE).exists():
-            return incidents.read(shared / incidents.FILE)
-        if local_readable(cfg, node):
-            return incidents.read(node_dir(cfg.state_dir, node) / incidents.FILE)
-        return {}
+        local = cfg.state_dir if local_readable(cfg, node) else ""
+        return incidents.read_node(local, cfg.shared_dir, node)
     except Exception:  # a broken errors file must not break status
         return {}
 
@@ -215,7 +212,7 @@ def _took(s: float | None) -> str:
 
 def summary_line(data: dict[str, Any]) -> str:
     s = data["summary"]
-    main = ["healthy", "quarantined", "failed", "recovering"]
+    main = ["healthy", "quarantined", "failed", "own-error", "recovering"]
     parts = [f"{s.get(k, 0)} {k}" for k in main]
     parts += [f"{v} {k}" for k, v in s.items() if k not in main and v]
     parts += [f"{data[k]} {k}" for k in ("stuck", "errors") if data.get(k)]

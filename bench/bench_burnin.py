@@ -24,6 +24,7 @@ import time
 import torch
 
 from airlock.checks import burnin
+from airlock.checks.devices import bench_devices
 
 
 def raw(devices: list[str], size: int, gemms: int, dtype: str) -> tuple[float, float]:
@@ -121,7 +122,7 @@ def main() -> None:
     p.add_argument("--cpu-devices", type=int, default=2)
     p.add_argument("--duration", type=float, default=0.0, help="GPU: seconds per round")
     args = p.parse_args()
-    devices = burnin.local_devices(torch, args.cpu_devices)
+    devices = bench_devices(torch, args.cpu_devices)
     on_gpu = devices[0][0].startswith("cuda")
     if not on_gpu:
         torch.set_num_threads(1)  # as the burn-in does: one core per CPU "device"

@@ -74,9 +74,9 @@ def step_ratio(dtypes: list[str], size: int, gemms: int, rounds: int,
     import bench_burnin
     import torch
 
-    from airlock.checks import burnin
+    from airlock.checks.devices import bench_devices
 
-    devices = burnin.local_devices(torch, 1)[:1]  # device 0: the same device as the check
+    devices = bench_devices(torch, 1)[:1]  # device 0: the same device as the check
     if not devices[0][0].startswith("cuda"):
         torch.set_num_threads(1)  # one core per CPU "device", as the burn-in runs it
     out: dict[str, Any] = {"device": devices[0][0], "model": devices[0][1],
@@ -90,8 +90,9 @@ def step_corrupt(dtypes: list[str], size: int, duration: float) -> dict[str, Any
     import torch
 
     from airlock.checks import burnin
+    from airlock.checks.devices import bench_devices
 
-    devices = burnin.local_devices(torch, 1)[:1]
+    devices = bench_devices(torch, 1)[:1]
     on_gpu = devices[0][0].startswith("cuda")
     if not on_gpu:
         torch.set_num_threads(1)
@@ -160,8 +161,10 @@ class Proof:
             from airlock.nvml import healthy_gpu_dict
 
             with open(os.path.join(self.work, "sim.json"), "w") as fh:
+                # the GPU is simulated, so CUDA is too: CPU stand-ins (checks/devices.py)
                 json.dump({"nodes": {NODE: {"gpus": [healthy_gpu_dict(
-                    0, model="NVIDIA H200", memory_mib=143771)]}}}, fh)
+                    0, model="NVIDIA H200", memory_mib=143771)], "cuda": {"stand_in": True}}}},
+                          fh)
         self.config = self.write_config("proof.toml", {})
         # fp32: the dtype whose checksum catches the switch's error on one device at any size
         # (gemm_corrupt_by_dtype shows the others)

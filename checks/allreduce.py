@@ -12,8 +12,10 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from airlock import dist, profiles
+from airlock import dist
 from airlock.checks.base import Outcome, failed, passed, skipped
+from airlock.checks.devices import plan as device_plan
+from airlock.checks.devices import unusable
 from airlock.settings.checks import AllreduceSection
 
 CHECK = "allreduce"
@@ -105,16 +107,21 @@ def verdict_allreduce(sw, floor_gbps: float = 0.0, straggler_fraction: float = 0
 
 
 def check_allreduce(ctx) -> Outcome:
+    import torch  # in the check's own process only (it never initialises CUDA: ranks fork)
+
     cfg: AllreduceSection = ctx.cfg.allreduce
-    gpus = dist.local_gpu_count()
-    ranks = gpus or cfg.cpu_ranks
+    where = device_plan(ctx, torch, cfg.cpu_ranks, fork=True)
+    if where.problem:
+        return unusable(CHECK, where)
+    ranks = len(where.devices)
     if ranks < 2:
         return skipped(CHECK, "one device: nothing to all-reduce within the node")
-    params = dist.params_for(cfg, on_gpu=bool(gpus), level=ctx.level)
+    params = dist.params_for(cfg, on_gpu=where.on_gpu, level=ctx.level)
+    if params.backend == "auto":  # the plan decided: NCCL on the matched GPUs, else gloo
+        params.backend = "nccl" if where.on_gpu else "gloo"
     report = dist.run_local(ranks, params, ctx.faults, node=ctx.node)
     sweep = dist.combine([report])
-    profile = ctx.profile if gpus else profiles.named("cpu", ctx.cfg.profile.dirs)
-    floor = float(profile.get("busbw_floor_gbps") or 0.0)
+    floor = float(where.profile.get("busbw_floor_gbps") or 0.0)
     out = verdict_allreduce(sweep, floor, cfg.straggler_fraction)
-    out.figures.update(backend=report["backend"], profile=profile.name)
+    out.figures.update(where.figures(), backend=report["backend"])
     return out

@@ -1,10 +1,12 @@
 """The fleet: how fast the same SKU runs on other nodes, as a second opinion on a burn-in.
 
 Other nodes' documents in the shared directory are data from strangers: they are read without
-following links, only when root wrote them and they validate as a run of the node whose folder
-holds them, one node each, and the reference is a robust median (outliers by median absolute
+following links, only when root wrote them, they validate as a run of the node whose folder
+holds them, and that node is one Slurm lists (a folder anyone can create is not a node), one
+node each, with the same profile; the reference is a robust median (outliers by median absolute
 deviation dropped) over at least [burnin] fleet_min_nodes nodes. And fleet data alone never
-drains: confirm_fleet() asks for a second measurement on the node itself first.
+drains: a node below the fleet's median only warns (verdict_burnin); only the node's own
+profile floor fails it. Whoever can write the shared directory can lower no node's verdict.
 """
 
 from __future__ import annotations
@@ -13,12 +15,12 @@ import math
 import os
 import re
 import statistics
-from collections.abc import Callable
 from typing import Any
 
-from airlock.checks.base import Outcome, warned
+from airlock.errors import AirlockError
 from airlock.paths import NODE, SafeDir, split_template, valid_node_name
 from airlock.results import run_problem
+from airlock.slurm import Slurm
 
 CHECK = "burnin"
 
@@ -44,15 +46,29 @@ def fleet_reference(per_node: dict[str, dict[str, float]], dtype: str,
     return statistics.median(vals)
 
 
+def fleet_members(cfg, ignored: list[str] | None = None) -> set[str] | None:
+    """The nodes Slurm lists (one call), or None when Slurm cannot say: then there is no fleet
+    (a reference no one can vouch for is no reference), and why goes to `ignored`."""
+    try:
+        return {n.name for n in Slurm.from_config(cfg).nodes()}
+    except AirlockError as exc:
+        if ignored is not None:
+            ignored.append(f"fleet: Slurm's node list unreadable ({exc})")
+        return None
+
+
 def read_fleet(shared_dir: str, node: str, profile: str, per_node: int = 5,
-               ignored: list[str] | None = None) -> dict[str, dict[str, float]]:
+               ignored: list[str] | None = None,
+               members: set[str] | None = None) -> dict[str, dict[str, float]]:
     """{other node: {dtype: its median device TFLOPS}} from the latest passing burn-in with the
     same profile in each other node's `results/` folder (the layout of airlock/results.py:
     `<shared_dir>/<node>`, or shared_dir with {node} replaced).
 
     The folders are walked without following links and only documents that root wrote and that
     validate as a run of that very node count, one node per folder (airlock.paths.SafeDir,
-    airlock.results.run_problem); what was left out, and why, is appended to `ignored`."""
+    airlock.results.run_problem), and only for nodes in `members` (fleet_members: what
+    Slurm lists; None only for callers that checked membership themselves); what was left out,
+    and why, is appended to `ignored`."""
 
     ignored = ignored if ignored is not None else []
     if not shared_dir:
@@ -73,6 +89,9 @@ def read_fleet(shared_dir: str, node: str, profile: str, per_node: int = 5,
         if not m or m.group("node") == node or not valid_node_name(m.group("node")):
             continue
         other = m.group("node")
+        if members is not None and other not in members:
+            ignored.append(f"{root / entry}: {other} is not a node Slurm lists")
+            continue
         rest_parts = [p.replace(NODE, other) for p in rest]
         try:
             with SafeDir.open(root, [entry, *rest_parts, "results"]) as folder:
@@ -111,23 +130,3 @@ def _burnin_figures_of(run: dict[str, Any], profile: str) -> dict[str, float] | 
                     if isinstance(v, (int, float)) and not isinstance(v, bool)
                     and math.isfinite(v)}
     return None
-
-
-
-def confirm_fleet(first: Outcome, remeasure: Callable[[], Outcome]) -> Outcome:
-    """Fleet data alone never drains: a node below the fleet median fails only when a second
-    measurement on the node itself is below it too. If the second one passes, the first is a
-    WARN; if it fails otherwise, that failure stands on its own."""
-    if not first.failed or "fleet_low" not in first.figures:
-        return first
-    again = remeasure()
-    if again.failed:
-        if "fleet_low" in again.figures:
-            return Outcome(again.check, again.verdict, again.detail,
-                           {**again.figures, "fleet_confirmed": True,
-                            "first_tflops": first.figures.get("tflops")}, again.remediation)
-        return again
-    return warned(CHECK, f"{first.detail} once, not on re-measurement",
-                  **{**again.figures, "first_tflops": first.figures.get("tflops")})
-
-

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from airlock.checks.base import Outcome, failed, passed
-from airlock.checks.burnin import local_devices
+from airlock.checks.devices import plan as device_plan
+from airlock.checks.devices import unusable
 from airlock.faults import device_arg
 from airlock.settings.checks import MemtestSection
 
@@ -242,5 +243,10 @@ def check_memtest(ctx) -> Outcome:
 
 
     cfg: MemtestSection = ctx.cfg.memtest
-    devices = [d for d, _model in local_devices(torch, cfg.cpu_devices)]
-    return verdict_memtest(run_memtest(torch, devices, cfg, ctx.level, ctx.faults))
+    where = device_plan(ctx, torch, cfg.cpu_devices)
+    if where.problem:
+        return unusable(CHECK, where)
+    devices = [d.torch for d in where.devices]
+    out = verdict_memtest(run_memtest(torch, devices, cfg, ctx.level, ctx.faults))
+    out.figures.update(where.figures())
+    return out

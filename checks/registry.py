@@ -44,6 +44,9 @@ CHECKS: tuple[CheckSpec, ...] = (
     CheckSpec("disk", ALL, "airlock.checks.system:check_disk", timeout=10),
     CheckSpec("mounts", ALL, "airlock.checks.system:check_mounts", timeout=10),
     CheckSpec("memory", ALL, "airlock.checks.system:check_memory", timeout=5),
+    # CUDA must see exactly the GPUs NVML lists before any heavy check claims to have run on
+    # them (checks/devices.py); it imports torch and initialises CUDA, which can hang.
+    CheckSpec("cuda", HEAVY, "airlock.checks.devices:check_cuda", isolated=True, timeout=90),
     CheckSpec("burnin", HEAVY, "airlock.checks.burnin:check_burnin", isolated=True,
               timeout_key="burnin.timeout"),
     CheckSpec("memtest", HEAVY, "airlock.checks.memtest:check_memtest", isolated=True,

@@ -7,7 +7,9 @@ over one fresh NVML snapshot and the prolog's snapshot of the same job:
   gpu_released    no compute process still alive on the job's GPUs and no more than
                   memory_used_max_mib of device memory in use on each of them (after
                   process_grace seconds for exiting processes to let go); without
-                  SLURM_JOB_GPUS every GPU is the job's (whole-node jobs)
+                  SLURM_JOB_GPUS (a job without GPU gres, maybe on a shared node) only
+                  the job's own processes count (its cgroup, else its uid), and memory
+                  only on GPUs no other live process is using
   xid_during_job  no fatal XID (the XID policy's, or [epilog] fatal_xids) reported by NVML
                   on any GPU since the prolog; other new XIDs are warnings
   ecc_during_job  no new uncorrectable ECC errors or remapped rows since the prolog; new
@@ -21,6 +23,7 @@ Slurm's drain protects the next job instead. No torch, no Slurm call on success.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -48,19 +51,30 @@ def job_gpu_indices(env_value: str | None, all_indices: Iterable[int]) -> set[in
 
 
 def verdict_released(gpus: list[dict[str, Any]], job_gpus: set[int],
-                     alive: Callable[[int], bool], memory_max_mib: int) -> Outcome:
+                     alive: Callable[[int], bool], memory_max_mib: int,
+                     belongs: Callable[[int], bool] | None = None) -> Outcome:
     """A live process names the culprit, so it is reported first; memory still held with no
-    live process (an orphaned context, a driver that did not free) is the next failure."""
+    live process (an orphaned context, a driver that did not free) is the next failure.
+
+    belongs: when the job's GPUs are not known (no SLURM_JOB_GPUS: a job without GPU gres, on
+    a node other jobs may share), only the job's own processes count, and memory only on GPUs
+    that no one else's live process is using."""
     mine = [g for g in gpus if g["index"] in job_gpus]
+    if belongs is not None:
+        mine = [g for g in mine
+                if not any(alive(p) and not belongs(p) for p in g.get("compute_pids", ()))
+                or any(alive(p) and belongs(p) for p in g.get("compute_pids", ()))]
     leftovers = [(g["index"], pid) for g in mine
-                 for pid in g.get("compute_pids", ()) if alive(pid)]
+                 for pid in g.get("compute_pids", ()) if alive(pid)
+                 and (belongs is None or belongs(pid))]
     if leftovers:
         gpu, pid = leftovers[0]
         more = f" (+{len(leftovers) - 1} more)" if len(leftovers) > 1 else ""
         return failed("gpu_released", f"gpu{gpu} pid {pid} still running{more}", "reboot",
                       leftovers=[list(x) for x in leftovers])
     held = [(g["index"], int(g.get("memory_used_mib", 0))) for g in mine
-            if int(g.get("memory_used_mib", 0)) > memory_max_mib]
+            if int(g.get("memory_used_mib", 0)) > memory_max_mib
+            and not (belongs is not None and any(alive(p) for p in g.get("compute_pids", ())))]
     if held:
         gpu, mib = held[0]
         more = f" (+{len(held) - 1} more)" if len(held) > 1 else ""
@@ -134,6 +148,28 @@ def _alive(pid: int) -> bool:
     return boot_mod.process_start(pid) is not None
 
 
+_JOB_CGROUP = re.compile(r"/job_(\d+)(?:/|$)")
+
+
+def job_owns(job: str, uid: int | None, proc_root: str = "/proc") -> Callable[[int], bool]:
+    """Whether a process belongs to this job: by its cgroup (proctrack/cgroup and the cgroup
+    task plugin put every step under .../job_<id>/), else, outside any job's cgroup, by the
+    job owner's uid. Unknown: not the job's (this check accuses, so it needs to be sure)."""
+
+    def owns(pid: int) -> bool:
+        base = os.path.join(proc_root, str(pid))
+        try:
+            with open(os.path.join(base, "cgroup")) as fh:
+                found = _JOB_CGROUP.search(fh.read())
+            if found:
+                return found.group(1) == job
+            return uid is not None and os.stat(base).st_uid == uid
+        except OSError:
+            return False
+
+    return owns
+
+
 def _gpus(cfg, node: str) -> list[dict[str, Any]]:
 
     snap = nvml.gather(nvml.backend_for(cfg, node), cfg.nvml.timeout)
@@ -156,13 +192,15 @@ def run_epilog(hook: Hook, job_gpus_env: str | None) -> tuple[int, str]:
     try:
         gpus = _gpus(cfg, node)
         mine = job_gpu_indices(job_gpus_env, (g["index"] for g in gpus))
+        # No SLURM_JOB_GPUS: the job had no GPU gres, and other jobs may share the node.
+        belongs = None if job_gpus_env else job_owns(job, _job_uid())
         deadline = time.monotonic() + cfg.epilog.process_grace
         limit = cfg.epilog.memory_used_max_mib
-        released = verdict_released(gpus, mine, _alive, limit)
+        released = verdict_released(gpus, mine, _alive, limit, belongs)
         while released.failed and time.monotonic() < deadline:
             time.sleep(0.5)
             gpus = _gpus(cfg, node)
-            released = verdict_released(gpus, mine, _alive, limit)
+            released = verdict_released(gpus, mine, _alive, limit, belongs)
         outcomes = [released, verdict_xids(before, gpus, fatal_xids(cfg)),
                     verdict_ecc(before, gpus)]
     except AirlockError as exc:  # nvml timeout or error: the GPUs cannot be vouched for
@@ -192,6 +230,13 @@ def run_epilog(hook: Hook, job_gpus_env: str | None) -> tuple[int, str]:
         return 0, f"epilog {run['verdict']} in {run['duration_s']:.2f}s"
     # Exit 0 after our own drain, so Slurm does not add its "Epilog error" on top.
     return 0, f"FAIL {run['failed_check']}: {'drained' if done.drain.changed else done.drain.why}"
+
+
+def _job_uid() -> int | None:
+    try:
+        return int(os.environ["SLURM_JOB_UID"])
+    except (KeyError, ValueError):
+        return None
 
 
 def body(hook: Hook) -> tuple[int, str]:

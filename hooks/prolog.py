@@ -88,9 +88,19 @@ def run_prolog(hook: Hook) -> tuple[int, str]:
         save_job_snapshot(cfg, node, job, ctx.snapshot)
     except Exception as exc:  # the epilog then skips the counter comparison
         hook.log(f"no GPU snapshot for the epilog: {exc}")
-    slurm = hook.slurm() if run["verdict"] == "fail" else None
-    done = finish.finish_run(cfg, node, run, history=run["verdict"] == "fail", slurm=slurm,
-                             reason_suffix=f"(prolog job {job})")
+    failing = run["verdict"] == "fail"
+    try:
+        done = finish.finish_run(cfg, node, run, history=failing,
+                                 slurm=hook.slurm() if failing else None,
+                                 reason_suffix=f"(prolog job {job})")
+    except BaseException as exc:
+        if not failing:
+            raise
+        # The node just failed a check and the drain did not happen (slurmctld slow or away).
+        # Airlock's own trouble must not let the job run here: exit 1, so Slurm's own
+        # prolog-failure drain ("Prolog error") holds the node and requeues the job.
+        return 1, (f"FAIL {run['failed_check']} {run['detail']}: drain failed "
+                   f"({type(exc).__name__}: {exc}); exit 1, Slurm drains the node")
     for problem in done.problems:
         hook.log(problem)
     if not done.failed:

@@ -12,6 +12,7 @@ import time
 
 import click
 
+from airlock import reasons
 from airlock.cli.common import load_config
 from airlock.errors import AirlockError
 from airlock.recovery import providers
@@ -103,4 +104,6 @@ def _print_state(store, node: str | None, as_json: bool) -> None:
                    f"rung {c.step + 1}/{len(c.ladder)} {c.note}")
     for name, row in stuck.items():
         since = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(row["since"]))
-        click.echo(f"{name:<16} {'stuck':<18} {row['reason']} (since {since})")
+        parsed = reasons.parse(row["reason"])
+        kind = "needs operator" if parsed is not None and parsed.own_error else "stuck"
+        click.echo(f"{name:<16} {kind:<18} {row['reason']} (since {since})")

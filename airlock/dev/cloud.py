@@ -55,7 +55,7 @@ class FakeCloud:
         c = self.cluster
         c.stop_node(node)
         self.kill_instance_processes(node)
-        c.set_node_sim(node, gpus=healthy_gpus(c.gpus_per_node), faults={})
+        c.set_node_sim(node, gpus=healthy_gpus(c.gpus_per_node), faults={}, cuda={"stand_in": True})
         state = Path(str(c.root / "airlock" / "state" / node))
         shutil.rmtree(state, ignore_errors=True)  # a new instance has a fresh local disk
         time.sleep(2.0)  # boot time of the new instance (must be after the old boot)

@@ -109,6 +109,13 @@ def healthy_gpus(count: int = 8, model: str = "NVIDIA H100 80GB HBM3") -> list[d
     ]
 
 
+def sim_node(gpus: int) -> dict[str, Any]:
+    """A simulated node's NVML entry. Its GPUs are simulated, so CUDA is declared simulated too
+    ("stand_in"): the heavy checks run on CPU stand-ins under the cpu profile, labelled as such
+    (checks/devices.py). Without it they would find no CUDA for the GPUs and fail the node."""
+    return {"gpus": healthy_gpus(gpus), "cuda": {"stand_in": True}}
+
+
 def _minimal(paths: Iterable[str]) -> list[str]:
     """The paths not inside another one of them."""
     out: list[str] = []
@@ -243,11 +250,11 @@ class DevCluster:
         self.conf.write_text(self.slurm_conf())
         self.write_airlock_config()
         if not self.sim_file.exists():
-            self.write_sim({n: {"gpus": healthy_gpus(self.gpus_per_node)} for n in self.all_nodes})
+            self.write_sim({n: sim_node(self.gpus_per_node) for n in self.all_nodes})
         if self.cloud and not self.image_file.exists():
             # What a new instance of each cloud node looks like (the SuspendProgram restores it).
             self.image_file.write_text(json.dumps(
-                {n: {"gpus": healthy_gpus(self.gpus_per_node)} for n in self.cloud}, indent=1))
+                {n: sim_node(self.gpus_per_node) for n in self.cloud}, indent=1))
 
     def _write_hooks(self) -> None:
         py = sys.executable
@@ -420,7 +427,7 @@ class DevCluster:
 
     def set_node_sim(self, node: str, **values: Any) -> None:
         nodes = self.read_sim()
-        nodes.setdefault(node, {"gpus": healthy_gpus(self.gpus_per_node)}).update(values)
+        nodes.setdefault(node, sim_node(self.gpus_per_node)).update(values)
         self.write_sim(nodes)
 
     # --- the 24.11 chroot's mount namespace ----------------------------------------------------

@@ -17,7 +17,10 @@ no older than the request (minus `boot_skew`): a slurmd restart or `scontrol rec
 slurmd recompute BootTime from the clock and the uptime, which moves it by a second or so.
 
 Nodes stuck in `airlock: pending|checking` past the suite's time limit are only reported
-(`stuck`), never acted on: the node-side hook re-runs or fails them.
+(`stuck`), never acted on: the node-side hook re-runs or fails them. Nor is a node drained for
+Airlock's own trouble (reasons.OWN_ERRORS: `FAIL config`, `FAIL suite`, ...): it opens no case,
+and a case waiting for a re-check that hits one waits for a person; `airlock status`, the
+metrics and `recover --show` list it as needing an operator.
 """
 
 from __future__ import annotations
@@ -110,8 +113,17 @@ class Obs(NamedTuple):
 
     @property
     def failing(self) -> bool:
+        """Drained for a failure of the node: Airlock's own errors (reasons.OWN_ERRORS: a config
+        that does not load, a suite that crashed, a state_dir that cannot be written) are not
+        the node's, and a reboot or a replacement fixes none of them."""
         r = self.parsed
-        return self.drained and r is not None and r.is_failure
+        return self.drained and r is not None and r.is_failure and not r.own_error
+
+    @property
+    def own_error(self) -> bool:
+        """Drained for Airlock's own trouble: the node needs an operator, never an action."""
+        r = self.parsed
+        return self.drained and r is not None and r.own_error
 
     @property
     def free(self) -> bool:
@@ -224,6 +236,9 @@ def plan(case: Case | None, obs: Obs | None, now: float, policy, limits,
         return _boot_timeout(case, now, limits) or Step(case)
 
     if state in AWAITING_VERDICT:
+        if obs.own_error:  # the re-check could not run: wait for a person, never escalate
+            note = f"own error, needs an operator: {obs.parsed.subject} {obs.parsed.detail}"
+            return Step(case if case.note == note else replace(case, note=note))
         if obs.failing:
             return _escalate(case, now, f"failed again after {case.action}: "
                                         f"{obs.parsed.subject} {obs.parsed.detail}".strip())
@@ -267,6 +282,18 @@ def stuck_nodes(observations: Iterable[Obs], now: float,
         since = parse_slurm_time(o.reason_time)
         if since is not None and now - since > after:
             out[o.name] = (o.reason, since)
+    return out
+
+
+def own_error_nodes(observations: Iterable[Obs], now: float) -> dict[str, tuple[str, float]]:
+    """{node: (reason, since)} for nodes drained for Airlock's own trouble: they need an
+    operator (a config to fix, a directory to free), never a reboot or a replacement. Reported
+    beside the stuck nodes; `since` is when the reason was set (now when unreadable)."""
+    out = {}
+    for o in observations:
+        if o.own_error:
+            since = parse_slurm_time(o.reason_time)
+            out[o.name] = (o.reason, now if since is None else since)
     return out
 
 

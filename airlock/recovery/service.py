@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from airlock import faults
+from airlock import faults, reasons
 from airlock.errors import AirlockError
 from airlock.recovery import machine
 from airlock.recovery import policy as policy_mod
@@ -97,7 +97,10 @@ class Service:
         if not self.dry_run:
             self.answer_intents(obs)
         now = self.clock()
-        report.stuck = machine.stuck_nodes(obs.values(), now, self.stuck_after)
+        # Nodes that need a person and get no action: stuck in a check, or drained for
+        # Airlock's own trouble (the state machine never acts on those).
+        report.stuck = {**machine.stuck_nodes(obs.values(), now, self.stuck_after),
+                        **machine.own_error_nodes(obs.values(), now)}
         cases = self.store.cases()
         ledger = self.store.ledger(now, self.settings.rate_window, self.settings.breaker_window)
         decision = machine.decide(cases, list(obs.values()), now, self.policy, self.settings,
@@ -145,8 +148,11 @@ class Service:
 
     @staticmethod
     def stuck_detail(reason: str, since: float, now: float) -> str:
+        parsed = reasons.parse(reason)
+        what = ("Airlock's own error, no action: an operator fixes it" if parsed is not None
+                and parsed.own_error else "the node's hook re-runs or fails it")
         return (f"{reason!r} for {now - since:.0f}s (since {machine.format_slurm_time(since)}); "
-                "the node's hook re-runs or fails it")
+                f"{what}")
 
     def show_dry_run(self, decision: machine.Decision, obs: dict[str, machine.Obs],
                      ledger: machine.Ledger, now: float) -> machine.Decision:

@@ -32,7 +32,9 @@ class BurninSection(Section):
         'CPU "devices" share cores (and SMT siblings) with everything else: +-30 % is noise there.')
     fleet_fraction: float = setting(
         0.85,
-        '... and below this share of the fleet median for the SKU')
+        'a device below this share of the fleet median for the SKU warns (other nodes\' '
+        'documents are a second opinion: only the profile floor fails a node); the fleet is '
+        'the nodes Slurm lists that ran the same profile')
     fleet_min_nodes: int = setting(
         3,
         'other nodes with history needed before the fleet is consulted')

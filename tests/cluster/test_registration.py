@@ -93,6 +93,23 @@ def test_faulty_node_stays_drained_while_others_run_jobs(cluster_factory):
     assert c.node("node2").reason.startswith("airlock: FAIL gpu_count")
 
 
+def test_gpus_that_cuda_cannot_use_fail_the_registration(cluster_factory):
+    """Issue 17: NVML shows 8 GPUs but CUDA cannot use them (here: the simulation's CUDA error
+    802, as when the fabric manager is down). On cb0b8e2 the heavy checks quietly ran on the
+    CPU and the node passed; now it stays out with CUDA's own words, and no job lands there."""
+    c = cluster_factory(start=False, nodes=["node1", "node2"])
+    c.write_files()
+    c.set_node_sim("node2", cuda={"error": "CUDA error 802: system not yet initialized"})
+    c.start()
+    jobs = [c.sbatch("sleep 1") for _ in range(3)]
+    n2 = wait_done(c, "node2")
+    assert n2.drained
+    assert n2.reason == ("airlock: FAIL cuda 8 GPUs in NVML, torch sees 0: CUDA error 802: "
+                         "system not yet initialized")
+    c.wait(lambda: all(c.job(j)["JobState"] == "COMPLETED" for j in jobs), 120, "jobs done")
+    assert {c.job(j)["NodeList"] for j in jobs} == {"node1"}
+
+
 def test_admin_drain_is_never_resumed_or_rewritten(cluster_factory):
     c = cluster_factory(nodes=["node1"])
     wait_done(c, "node1")

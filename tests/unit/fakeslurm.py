@@ -1,149 +1,385 @@
-"""A stand-in for Slurm's client commands, so that unit tests never reach a real controller.
+"""A fake Slurm 22.05 controller for unit tests: an executable `scontrol` (and `sinfo`) in a
+temporary bin directory that `[slurm] bin_dir` points at, so the real hooks, the registration
+suite and the Slurm client run unchanged, as subprocesses or in process, and never reach a
+real controller.
 
-install(dir, nodes) writes executable `scontrol` and `sinfo` into dir (point [slurm] bin_dir at
-it) and the node table beside them (state.json). They answer what Airlock asks, in the formats
-the real 22.05 commands print (tests/data/22.05), and change the table on updates:
+    fake = FakeSlurm(tmp_path / "slurm", nodes=["n1"])    # n1 IDLE, booted with this machine
+    fake.set("n1", state="ALLOCATED", cpu_alloc=1)         # a job runs there
+    fake.fail("update")                                   # slurmctld refuses updates (exit 1)
+    fake.fail("show", mode="hang")                         # ... or never answers
+    fake.heal()
+    fake.calls("update")   # every call, argv and the caller's parent pid, in order
 
-  scontrol -o [--future] show node [LIST]    one line per node; "Node X not found" and exit 1
-                                             for a name the table does not hold
-  scontrol update nodename=N state=drain reason=TEXT | state=resume
-  sinfo -h -N -n LIST -O FIELDS              the fields Airlock's one-node reader asks for
-  scontrol show topology                     from state.json's "topology" lines, if any
+What it does, as 22.05's scontrol does it:
 
-Every call is appended to calls.log (one line: the program and its arguments, tab-separated),
-so a test can count what a piece of code asked of "Slurm".
+* `scontrol [-o] [--future] show node [NAMES]` prints one line per node in the format recorded
+  from a real 22.05 controller (tests/data/22.05/show-node-o.txt: the line of an idle node is
+  the template, its fields replaced), `Reason=text [user@time]` last; FUTURE nodes only with
+  --future; an unknown name prints `Node X not found` in its place and the exit is 1.
+* `scontrol update nodename=N state=drain reason=R` adds DRAIN (an ALLOCATED node becomes
+  ALLOCATED+DRAIN: draining), `state=resume` removes it and the reason (22.05 clears it;
+  a node that is not drained is refused with `Invalid node state specified`), `state=down`
+  sets DOWN; a drain without a reason is refused as Slurm refuses it.
+* `scontrol --json ...` is refused as 22.05 refuses it (no --json before 23.02), so the client
+  stays on the text reader; `scontrol ping` answers UP.
+* A verb told to fail exits 1 with Slurm's own error text for that verb (slurmctld unreachable
+  by default), or hangs (the caller's timeout must end it), for the next N calls or until
+  heal().
+
+Every call is appended to calls.jsonl before it is answered, so a hung call is logged too.
+The node table is a JSON file changed under a lock, so a hook and the suite it started can
+both talk to it. This module imports nothing but the standard library: the executable runs it
+with `python -I -S` (fast, and blind to whatever the caller's environment holds).
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
+import re
 import sys
+import time
+from contextlib import contextmanager
 from pathlib import Path
 
-PROGRAM = r'''#!@PYTHON@
-import json, os, sys, time
-here = os.path.dirname(os.path.abspath(__file__))
-tool = os.path.basename(sys.argv[0])
-args = sys.argv[1:]
-with open(os.path.join(here, "calls.log"), "a") as fh:
-    fh.write("\t".join([tool, *args]) + "\n")
-path = os.path.join(here, "state.json")
-with open(path) as fh:
-    db = json.load(fh)
-nodes = db["nodes"]
-if db.get("down"):
-    print("slurm_load_node error: Unable to contact slurm controller (connect failure)",
-          file=sys.stderr)
-    sys.exit(1)
+RECORDED = Path(__file__).resolve().parents[1] / "data" / "22.05" / "show-node-o.txt"
+TEMPLATE_NODE = "node5"  # the recorded idle node without a reason: the template line
 
-def expand(expr):
-    out = []
-    for part in expr.split(","):
-        if "[" in part:
-            head, rng = part[:-1].split("[")
-            lo, hi = rng.split("-")
-            out += [f"{head}{i:0{len(lo)}d}" for i in range(int(lo), int(hi) + 1)]
-        elif part:
+# The errors 22.05's scontrol prints when slurmctld cannot be reached, per verb.
+UNREACHABLE = {
+    "show": "slurm_load_node error: Unable to contact slurm controller (connect failure)",
+    "update": "slurm_update error: Unable to contact slurm controller (connect failure)",
+    "ping": "Slurmctld(primary) at localhost is DOWN",
+    "reboot": "slurm_reboot_nodes error: Unable to contact slurm controller (connect failure)",
+}
+VERBS = ("show", "update", "ping", "reboot", "sinfo")
+TRIPWIRE_TOOLS = ("scontrol", "sinfo", "squeue", "srun", "sbatch", "salloc", "scancel", "sacct",
+                  "sacctmgr", "sreport", "sstat", "strigger")
+
+MARKER = ".fakeslurm"  # in a fake's bin directory: what runs from there is the fake itself
+_TIME = "%Y-%m-%dT%H:%M:%S"
+# The fields a line is made of: Node dict key -> the key=value token of the 22.05 line.
+_FIELDS = {"name": "NodeName", "cpu_alloc": "CPUAlloc", "features": "AvailableFeatures",
+           "gres": "Gres", "addr": "NodeAddr", "hostname": "NodeHostName", "partitions":
+           "Partitions", "boot_time": "BootTime", "slurmd_start_time": "SlurmdStartTime"}
+
+
+def this_boot_time() -> str:
+    """This machine's boot as slurmd reports it (BootTime): the wall clock minus the boot
+    clock, so a node of the fake is, to the hooks, the boot they run in."""
+    return time.strftime(_TIME, time.localtime(time.time() -
+                                               time.clock_gettime(time.CLOCK_BOOTTIME)))
+
+
+def template_line() -> str:
+    for line in RECORDED.read_text().splitlines():
+        if line.startswith(f"NodeName={TEMPLATE_NODE} "):
+            return line
+    raise RuntimeError(f"no {TEMPLATE_NODE} in {RECORDED}")
+
+
+def new_node(name: str, **fields) -> dict:
+    node = {"name": name, "state": "IDLE", "flags": [], "reason": "", "reason_user": "",
+            "reason_time": "", "cpu_alloc": 0, "features": "gpu", "gres": "(null)",
+            "addr": "127.0.0.1", "hostname": "localhost", "partitions": "main",
+            "boot_time": this_boot_time(), "slurmd_start_time": this_boot_time()}
+    unknown = set(fields) - set(node)
+    if unknown:
+        raise ValueError(f"unknown node field {sorted(unknown)[0]!r}")
+    node.update(fields)
+    node["flags"] = sorted(node["flags"])
+    return node
+
+
+def render(node: dict, template: str) -> str:
+    """The node as one line of 22.05's `scontrol -o show node`."""
+    line = template
+    for key, token in _FIELDS.items():
+        value = str(node[key]) if node[key] not in ("", None) else "None"
+        line = re.sub(rf"(^| ){token}=\S*", lambda m, t=token, v=value: f"{m.group(1)}{t}={v}",
+                      line, count=1)
+    state = "+".join([node["state"], *node["flags"]])
+    line = re.sub(r" State=\S*", lambda m: f" State={state}", line, count=1)
+    alloc = f"cpu={node['cpu_alloc']}" if node["cpu_alloc"] else ""
+    line = re.sub(r" AllocTRES=\S*", lambda m: f" AllocTRES={alloc}", line, count=1)
+    if node["reason"]:
+        line += (f" Reason={node['reason']} "
+                 f"[{node['reason_user'] or 'root'}@{node['reason_time'] or 'Unknown'}]")
+    return line
+
+
+def expand(expr: str) -> list[str]:
+    """Slurm hostlists as the client writes them: a,b and prefix[1-3,5]."""
+    out: list[str] = []
+    for part in re.findall(r"[^,\[]+(?:\[[^\]]*\])?", expr):
+        m = re.fullmatch(r"(.*)\[(.*)\](.*)", part)
+        if not m:
             out.append(part)
-    return out
-
-def state_of(n):
-    return "+".join([n.get("state", "IDLE"), *n.get("flags", [])])
-
-def line(name, n):
-    reason = n.get("reason", "")
-    text = (f"NodeName={name} Arch=x86_64 CoresPerSocket=1  CPUAlloc={n.get('cpu_alloc', 0)} "
-            f"CPUEfctv=1 CPUTot=1 AvailableFeatures=gpu ActiveFeatures=gpu Gres=(null) "
-            f"NodeAddr={n.get('addr', '127.0.0.1')} NodeHostName=localhost Port=6818 "
-            f"RealMemory=1000 State={state_of(n)} Partitions=main  "
-            f"BootTime=None SlurmdStartTime=None")
-    if reason:
-        text += f" Reason={reason} [root@2026-01-01T00:00:00]"
-    return text
-
-def save():
-    tmp = path + ".tmp"
-    with open(tmp, "w") as fh:
-        json.dump(db, fh)
-    os.replace(tmp, path)
-
-if tool == "scontrol":
-    rest = [a for a in args if a not in ("-o", "--future")]
-    if rest[:2] == ["show", "node"]:
-        names = expand(rest[2]) if len(rest) > 2 else sorted(nodes)
-        rc = 0
-        for name in names:
-            if name in nodes:
-                print(line(name, nodes[name]))
-            else:
-                print(f"Node {name} not found")
-                rc = 1
-        sys.exit(rc)
-    if rest[:2] == ["show", "topology"]:
-        for t in db.get("topology", []):
-            print(t)
-        sys.exit(0)
-    if rest[:1] == ["update"]:
-        kv = dict(a.split("=", 1) for a in rest[1:])
-        for name in expand(kv["nodename"]):
-            n = nodes[name]
-            if kv.get("state") == "drain":
-                n["flags"] = sorted(set(n.get("flags", [])) | {"DRAIN"})
-                n["reason"] = kv["reason"]
-            elif kv.get("state") == "resume":
-                n["flags"] = [f for f in n.get("flags", []) if f != "DRAIN"]
-                n["reason"] = ""
-        save()
-        sys.exit(0)
-    if rest[:1] == ["ping"]:
-        sys.exit(0)
-if tool == "sinfo":
-    names = expand(args[args.index("-n") + 1]) if "-n" in args else sorted(nodes)
-    for name in names:
-        n = nodes.get(name)
-        if n is None or n.get("state") == "FUTURE":
             continue
-        reason = n.get("reason", "")
-        print("|".join([name, state_of(n).lower(), f"{n.get('cpu_alloc', 0)}/0/0/1",
-                        n.get("addr", "127.0.0.1"), "localhost", "main*", "gpu", "(null)",
-                        "root(0)" if reason else "Unknown",
-                        "2026-01-01T00:00:00" if reason else "Unknown", reason or "none"]))
-    sys.exit(0)
-print(f"fake {tool}: unsupported {args}", file=sys.stderr)
-sys.exit(2)
-'''
+        for rng in m.group(2).split(","):
+            lo, _, hi = rng.partition("-")
+            for i in range(int(lo), int(hi or lo) + 1):
+                out.append(f"{m.group(1)}{str(i).zfill(len(lo))}{m.group(3)}")
+    return out
 
 
 class FakeSlurm:
-    def __init__(self, folder: Path):
-        self.dir = Path(folder)
+    """The test's handle on a fake controller under root (see the module docstring)."""
+
+    def __init__(self, root: str | os.PathLike, nodes=("n1",), **fields):
+        self.root = Path(root)
+        self.bin = self.root / "bin"
+        self.bin.mkdir(parents=True, exist_ok=True)
+        self.state_path = self.root / "state.json"
+        self.log_path = self.root / "calls.jsonl"
+        self.log_path.touch()
+        launcher = (f"#!{sys.executable} -IS\n"
+                    "import sys\n"
+                    f"sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})\n"
+                    "import fakeslurm\n"
+                    f"sys.exit(fakeslurm.main(sys.argv, {str(self.state_path)!r}))\n")
+        (self.bin / MARKER).touch()
+        for tool in ("scontrol", "sinfo"):
+            path = self.bin / tool
+            path.write_text(launcher)
+            path.chmod(0o755)
+        with self._locked() as state:
+            state.update(template=template_line(), nodes={}, fail={}, log=str(self.log_path))
+            for name in nodes:
+                state["nodes"][name] = new_node(name, **fields)
 
     @property
-    def state(self) -> dict:
-        return json.loads((self.dir / "state.json").read_text())
+    def bin_dir(self) -> str:
+        return str(self.bin)
+
+    @contextmanager
+    def _locked(self):
+        with locked(str(self.state_path)) as state:
+            yield state
+
+    # --- the node table ---------------------------------------------------------------------
+    def add(self, name: str, **fields) -> None:
+        with self._locked() as state:
+            state["nodes"][name] = new_node(name, **fields)
+
+    def set(self, name: str, **fields) -> None:
+        """Change a node as the controller would see it (state, flags, reason, cpu_alloc...)."""
+        with self._locked() as state:
+            node = state["nodes"][name]
+            unknown = set(fields) - set(node)
+            if unknown:
+                raise ValueError(f"unknown node field {sorted(unknown)[0]!r}")
+            node.update(fields)
+            node["flags"] = sorted(node["flags"])
+            if "reason" in fields and fields["reason"] and "reason_time" not in fields:
+                node["reason_time"] = time.strftime(_TIME)
+                node["reason_user"] = node["reason_user"] or "root"
 
     def node(self, name: str) -> dict:
-        return self.state["nodes"][name]
+        with self._locked() as state:
+            return dict(state["nodes"][name])
 
-    def set(self, **values) -> None:
-        db = self.state
-        db.update(values)
-        (self.dir / "state.json").write_text(json.dumps(db))
+    def line(self, name: str) -> str:
+        with self._locked() as state:
+            return render(state["nodes"][name], state["template"])
 
-    def calls(self) -> list[list[str]]:
-        log = self.dir / "calls.log"
-        return [c.split("\t") for c in log.read_text().splitlines()] if log.exists() else []
+    # --- faults -------------------------------------------------------------------------------
+    def fail(self, *verbs: str, mode: str = "error", text: str = "", times: int = 0) -> None:
+        """The next `times` calls (0: every call until heal()) of each verb fail: exit 1 with
+        `text` (Slurm's own error for the verb when empty), or hang with mode="hang"."""
+        if mode not in ("error", "hang"):
+            raise ValueError(f"mode must be error or hang, not {mode!r}")
+        with self._locked() as state:
+            for verb in verbs or VERBS:
+                if verb not in VERBS:
+                    raise ValueError(f"unknown verb {verb!r} (known: {', '.join(VERBS)})")
+                state["fail"][verb] = {"mode": mode, "text": text, "times": times}
+
+    def unreachable(self, mode: str = "error") -> None:
+        """slurmctld is away: every verb fails as it does then."""
+        self.fail(*VERBS, mode=mode)
+
+    def heal(self, *verbs: str) -> None:
+        with self._locked() as state:
+            for verb in verbs or list(state["fail"]):
+                state["fail"].pop(verb, None)
+
+    # --- what was asked ---------------------------------------------------------------------
+    def calls(self, verb: str = "") -> list[dict]:
+        """Every call so far ({"tool", "verb", "argv", "ppid", "t"}), or those of one verb."""
+        out = []
+        for line in self.log_path.read_text().splitlines():
+            call = json.loads(line)
+            if not verb or call["verb"] == verb:
+                out.append(call)
+        return out
+
+    def updates(self) -> list[list[str]]:
+        """The argv (after `update`) of every update call, in order."""
+        return [c["argv"][c["argv"].index("update") + 1:] for c in self.calls("update")]
+
+    def clear_log(self) -> None:
+        self.log_path.write_text("")
 
 
-def install(folder: Path, nodes: dict[str, dict], topology: list[str] | None = None) -> FakeSlurm:
-    """Write the fake commands and the node table ({name: {state, flags, reason, cpu_alloc,
-    addr}}) into folder."""
+@contextmanager
+def locked(state_path: str):
+    """The state, read under an exclusive lock and written back when the block ends."""
+    fd = os.open(state_path + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            with open(state_path) as fh:
+                state = json.load(fh)
+        except FileNotFoundError:
+            state = {}
+        before = json.dumps(state, sort_keys=True)
+        yield state
+        if json.dumps(state, sort_keys=True) != before:
+            tmp = f"{state_path}.{os.getpid()}.tmp"
+            with open(tmp, "w") as fh:
+                json.dump(state, fh, indent=1)
+            os.replace(tmp, state_path)
+    finally:
+        os.close(fd)
+
+
+# --- the executable ------------------------------------------------------------------------
+def main(argv: list[str], state_path: str) -> int:
+    tool = os.path.basename(argv[0])
+    args = argv[1:]
+    options = [a for a in args if a.startswith("-")]
+    words = [a for a in args if not a.startswith("-")]
+    if tool == "sinfo":
+        verb = "sinfo"
+    elif "--json" in options or "--yaml" in options:
+        verb = "json"
+    else:
+        verb = words[0].lower() if words else ("version" if options else "")
+    with locked(state_path) as state:
+        with open(state["log"], "a") as fh:
+            fh.write(json.dumps({"tool": tool, "verb": verb, "argv": [tool, *args],
+                                 "ppid": os.getppid(), "t": time.time()}) + "\n")
+        fault = state["fail"].get(verb)
+        if fault is not None and fault["times"]:
+            fault["times"] -= 1
+            if fault["times"] == 0:
+                del state["fail"][verb]
+        if fault is None:
+            return answer(state, tool, verb, options, words)
+    if fault["mode"] == "hang":
+        while True:  # slurmctld that never answers: only the caller's timeout ends this
+            time.sleep(3600)
+    sys.stderr.write((fault["text"] or UNREACHABLE.get(verb, f"{verb}: error")) + "\n")
+    return 1
+
+
+def answer(state: dict, tool: str, verb: str, options: list[str], words: list[str]) -> int:
+    """The call, answered as 22.05 answers it (the state is written back by the caller)."""
+    if verb == "sinfo":
+        sys.stderr.write("fakeslurm: sinfo is not faked; Airlock reads nodes with scontrol\n")
+        return 1
+    if verb == "json":
+        sys.stderr.write("scontrol: unrecognized option '--json'\n"
+                         'Try "scontrol --help" for more information\n')
+        return 1
+    if verb == "version":
+        print("slurm 22.05.8")
+        return 0
+    if verb == "ping":
+        print("Slurmctld(primary) at localhost is UP")
+        return 0
+    if verb == "show" and words[1:2] == ["node"]:
+        return show_node(state, "--future" in options, words[2] if len(words) > 2 else "")
+    if verb == "update":
+        return update(state, words[1:])
+    sys.stderr.write(f"fakeslurm: {' '.join([tool, *options, *words])}: not faked\n")
+    return 1
+
+
+def show_node(state: dict, future: bool, expr: str) -> int:
+    nodes = state["nodes"]
+    if expr:
+        # As a real controller answers (22.05 and 24.11, seen): every node it has, then a line
+        # for each name it does not, and exit 1 when there was one.
+        rc = 0
+        for name in expand(expr):
+            if name in nodes:
+                print(render(nodes[name], state["template"]))
+            else:
+                print(f"Node {name} not found")
+                rc = 1
+        return rc
+    else:
+        names = [n for n in nodes if future or nodes[n]["state"] != "FUTURE"]
+    if not names:
+        print("No nodes in the system")
+        return 0
+    for name in names:
+        print(render(nodes[name], state["template"]))
+    return 0
+
+
+def update(state: dict, words: list[str]) -> int:
+    fields = {}
+    for word in words:
+        key, sep, value = word.partition("=")
+        if not sep:
+            sys.stderr.write(f"Invalid input: {word}\nRequest aborted\n")
+            return 1
+        fields[key.lower()] = value
+    names = expand(fields.get("nodename", ""))
+    if not names or any(n not in state["nodes"] for n in names):
+        sys.stderr.write("slurm_update error: Invalid node name specified\n")
+        return 1
+    want = fields.get("state", "").lower()
+    reason = fields.get("reason", "")
+    if want in ("drain", "down", "fail") and not reason:
+        sys.stderr.write("You must specify a reason when DOWNING or DRAINING a node. "
+                         "Request denied\n")
+        return 1
+    now = time.strftime(_TIME)
+    for name in names:
+        node = state["nodes"][name]
+        flags = set(node["flags"])
+        if want == "drain":
+            flags.add("DRAIN")
+        elif want == "down":
+            node["state"] = "DOWN"
+        elif want in ("resume", "undrain"):
+            if "DRAIN" not in flags and node["state"] not in ("DOWN", "DRAINED"):
+                sys.stderr.write("slurm_update error: Invalid node state specified\n")
+                return 1
+            flags.discard("DRAIN")
+            if node["state"] == "DOWN":
+                node["state"] = "IDLE"
+            node.update(reason="", reason_user="", reason_time="")
+        elif want:
+            sys.stderr.write("slurm_update error: Invalid node state specified\n")
+            return 1
+        node["flags"] = sorted(flags)
+        if reason and want != "resume":
+            node.update(reason=reason, reason_user="root", reason_time=now)
+    return 0
+
+
+def is_fake(program: str) -> bool:
+    return os.path.exists(os.path.join(os.path.dirname(program), MARKER))
+
+
+def tripwire(folder: str | os.PathLike, log: str | os.PathLike) -> Path:
+    """Slurm's commands in folder, each of which logs its call to log and fails loudly: put
+    first on PATH (and in airlock.slurm's search list) so that a unit test that reaches for
+    Slurm without a fake is caught instead of reaching the host's controller."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    for tool in ("scontrol", "sinfo"):
-        p = folder / tool
-        p.write_text(PROGRAM.replace("@PYTHON@", sys.executable))
-        p.chmod(0o755)
-    (folder / "state.json").write_text(json.dumps({"nodes": nodes,
-                                                   "topology": topology or []}))
-    return FakeSlurm(folder)
+    for tool in TRIPWIRE_TOOLS:
+        path = folder / tool
+        path.write_text(
+            "#!/bin/sh\n"
+            f"printf '%s\\n' \"{tool} $*\" >> '{log}'\n"
+            f"echo 'unit test reached for a real {tool}: use tests/unit/fakeslurm.py' >&2\n"
+            "exit 1\n")
+        path.chmod(0o755)
+    return folder

@@ -24,7 +24,7 @@ from airlock import boot, config, nodestate
 from airlock.batch import Batch
 from airlock.checks import groupcheck
 from airlock.dev.cluster import healthy_gpus
-from tests.unit import fakeslurm
+from tests.unit.fakeslurm import FakeSlurm
 
 TIMEOUT_AS_A_WHOLE = {"ok": False, "inconclusive": True,
                       "detail": "timeout after 2s (all ranks stuck at verify 256K)"}
@@ -212,9 +212,8 @@ def test_group_rounds_end_within_the_suite_deadline(tmp_path):
     deadline, the group test is inconclusive (Verdict.ERROR) and the run is "error", Airlock's
     own trouble: never a FAIL of the node."""
     names = ["aaa", "bbb", "ccc", "ddd"]
-    slurm = fakeslurm.install(tmp_path / "bin", {
-        n: {"state": "IDLE", "flags": ["DRAIN"], "reason": "airlock: pending quick check new"}
-        for n in names})
+    slurm = FakeSlurm(tmp_path / "slurm", nodes=names, flags=["DRAIN"],
+                      reason="airlock: pending quick check new")
     sim = tmp_path / "gpus.json"
     sim.write_text(json.dumps({"nodes": {n: {"gpus": healthy_gpus(8)} for n in names}}))
     suite_timeout = 12.0
@@ -222,7 +221,7 @@ def test_group_rounds_end_within_the_suite_deadline(tmp_path):
     conf.write_text(
         f'state_dir = "{tmp_path}/state/{{node}}"\nlog_dir = "{tmp_path}/log/{{node}}"\n'
         f'shared_dir = "{tmp_path}/shared"\n'
-        f'[slurm]\nbin_dir = "{slurm.dir}"\n[nvml]\nsimulate = "{sim}"\n'
+        f'[slurm]\nbin_dir = "{slurm.bin_dir}"\n[nvml]\nsimulate = "{sim}"\n'
         f'[registration]\nlevel = "quick"\nsuite_timeout = {suite_timeout}\n'
         f'group_window = 1.0\ngroup_timeout = 3.0\n'
         f'[allreduce]\ncpu_sizes_kib = [4]\ncpu_iters = 1\ncpu_warmup = 0\n')
@@ -257,6 +256,6 @@ def test_group_rounds_end_within_the_suite_deadline(tmp_path):
     run = json.loads((tmp_path / "state" / "aaa" / "latest.json").read_text())
     group = [c for c in run["checks"] if c["check"] == "group_allreduce"]
     assert group and group[0]["verdict"] == "error", run["checks"]
-    drains = [c for c in slurm.calls() if c[:2] == ["scontrol", "update"]]
+    drains = slurm.updates()
     assert drains and "reason=airlock: FAIL suite not seen: group_allreduce" in drains[-1][-1], \
         drains

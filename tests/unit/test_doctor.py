@@ -12,19 +12,22 @@ from pathlib import Path
 import pytest
 
 from airlock import doctor
+from tests.unit.fakeslurm import FakeSlurm
 
 
 def test_doctor_unreachable_slurm_is_one_line(tmp_path):
+    fake = FakeSlurm(tmp_path / "slurm", nodes=["n1"])
+    fake.unreachable()  # slurmctld away: scontrol answers with its own error
     conf = tmp_path / "airlock.toml"
     conf.write_text(f'state_dir = "{tmp_path}/s"\nlog_dir = "{tmp_path}/l"\n'
-                    f'[slurm]\nconf = "{tmp_path}/no-slurm.conf"\ntimeout = 5\n')
+                    f'[slurm]\nbin_dir = "{fake.bin_dir}"\ntimeout = 5\n')
     env = {**os.environ, "AIRLOCK_CONFIG": str(conf)}
     out = subprocess.run([sys.executable, "-m", "airlock.cli", "doctor", "--node", "n1",
                           "--no-torch"], env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 1
     assert "Traceback" not in out.stderr
     ping = [ln for ln in out.stdout.splitlines() if "scontrol ping:" in ln]
-    assert len(ping) == 1 and ping[0].startswith("FAIL")
+    assert len(ping) == 1 and ping[0].startswith("FAIL") and "is DOWN" in ping[0], ping
     assert "NVML:" in out.stdout  # the items after Slurm are still checked
 
 
@@ -45,8 +48,32 @@ def test_interval_and_timeout_items():
 
 def test_torch_probe_reports_cpu_only_torch():
     (item,) = doctor.check_torch()
-    # This machine has a CPU build of torch: the deep level works, on CPU only.
-    assert item.status == "WARN" and "without CUDA" in item.detail, item
+    # This machine has a CPU build of torch: fine where no GPU is expected.
+    assert item.status == "OK" and "CPU-only build" in item.detail, item
+
+
+def test_a_cpu_only_torch_fails_on_a_node_whose_profile_expects_gpus():
+    """Issue 17: the heavy checks never fall back to the CPU on a GPU node, so a CPU wheel
+    installed by mistake fails every registration; doctor says so first."""
+    (item,) = doctor.check_torch(gpus=doctor.Gpus(8, "h100-sxm-8x"))
+    assert item.status == "FAIL", item
+    assert item.detail == ("2.13.0+cpu, a CPU-only build: profile h100-sxm-8x expects 8 GPUs; "
+                           "install a CUDA build of torch")
+    (sim,) = doctor.check_torch(gpus=doctor.Gpus(8, "h100-sxm-8x", simulated=True))
+    assert sim.status == "OK" and "stand-ins" in sim.detail
+
+
+@pytest.mark.parametrize("seen, status, detail", [
+    ({"version": "2.5.1", "cuda": "12.4", "devices": 0,
+      "error": "RuntimeError: CUDA error 802: system not yet initialized"}, "FAIL",
+     "2.5.1 (CUDA 12.4) sees 0 CUDA devices: profile h100 expects 8 GPUs: RuntimeError: CUDA "
+     "error 802: system not yet initialized"),
+    ({"version": "2.5.1", "cuda": "12.4", "devices": 8}, "OK",
+     "2.5.1 (CUDA 12.4), 8 CUDA devices (profile h100 expects 8 GPUs)"),
+])
+def test_torch_judged_against_the_profile(seen, status, detail):
+    item = doctor.judge_torch(seen, doctor.Gpus(8, "h100"))
+    assert (item.status, item.detail) == (status, detail)
 
 
 DATA = Path(__file__).parents[1] / "data"

@@ -12,8 +12,6 @@ import time
 import pytest
 
 from airlock import boot, config, drains, nodestate, reasons, status
-from airlock.dev.cluster import healthy_gpus
-from airlock.dev.proof import prove_boot
 from airlock.errors import ConfigError, OwnError, where
 from airlock.hooks import common
 from airlock.slurm import Node
@@ -215,62 +213,66 @@ def test_errors_are_named_for_a_one_line_reason():
     assert "\n" not in text and text.startswith("airlock: FAIL healthcheck ValueError")
 
 
-def _hook(tmp_path, conf_text, *, prove, hook="prolog", faults=""):
-    sim = tmp_path / "gpus.json"
-    sim.write_text(json.dumps({"nodes": {"n1": {"gpus": healthy_gpus(8),
-                                                "faults": {"hook_crash": faults} if faults
-                                                else {}}}}))
-    good = (f'state_dir = "{tmp_path}/state"\nlog_dir = "{tmp_path}/log"\n'
-            f'[nvml]\nsimulate = "{sim}"\n')
-    conf = tmp_path / "airlock.toml"
-    conf.write_text(good)
+def _hook(fake_node, conf_text, *, prove, hook="prolog", faults=""):
+    """The hook as slurmd runs it, on a node whose config (valid when proven, if proven) then
+    gets conf_text appended, against a fake Slurm."""
+    node = fake_node(faults={"hook_crash": faults} if faults else {})
     if prove:
-        prove_boot(conf, "n1")
-    conf.write_text(good + conf_text)
-    env = {"AIRLOCK_CONFIG": str(conf), "SLURMD_NODENAME": "n1", "SLURM_JOB_ID": "9",
-           "PATH": "/nonexistent"}  # no scontrol: a drain attempt fails, as with no controller
-    out = subprocess.run([sys.executable, "-m", f"airlock.hooks.{hook}"], env=env,
-                         capture_output=True, text=True, timeout=60)
-    errors = tmp_path / "state" / "errors.json"
-    return out, (json.loads(errors.read_text()) if errors.exists() else {})
+        node.prove()
+    node.write_config(conf_text)
+    out = node.run(hook)
+    errors = node.root / "state" / "errors.json"
+    return out, (json.loads(errors.read_text()) if errors.exists() else {}), node
 
 
 @pytest.mark.parametrize("broken", ["[slurm\n", "[nvml]\ntimeout = 'soon'\n"])
-def test_broken_config_refuses_the_job_on_an_unproven_boot(tmp_path, broken):
-    out, errors = _hook(tmp_path, broken, prove=False)
+def test_broken_config_refuses_the_job_on_an_unproven_boot(fake_node, broken):
+    out, errors, node = _hook(fake_node, broken, prove=False)
     assert out.returncode == 1, out.stderr
     assert "Traceback" not in out.stderr
-    assert "failing closed: config" in out.stderr and "could not drain" in out.stderr
+    assert "failing closed: config" in out.stderr and "; drained" in out.stderr, out.stderr
     assert errors["prolog"]["message"].startswith("fail closed: config ")
+    # the config's own [slurm] bin_dir is salvaged from the broken file: the drain lands there
+    assert node.slurm.node("n1")["reason"].startswith("airlock: FAIL config "), node.slurm.calls()
+    assert node.processes() == []  # no suite: its config does not load either
 
 
 @pytest.mark.parametrize("broken", ["[slurm\n", "[prolog]\nbudget = 'soon'\n"])
-def test_broken_config_lets_the_job_run_on_a_proven_boot_and_says_so(tmp_path, broken):
-    out, errors = _hook(tmp_path, broken, prove=True)
+def test_broken_config_lets_the_job_run_on_a_proven_boot_and_says_so(fake_node, broken):
+    out, errors, node = _hook(fake_node, broken, prove=True)
     assert out.returncode == 0, out.stderr
     assert "failing open" in out.stderr and "Traceback" not in out.stderr
     assert errors["prolog"]["message"].startswith("fail open: config ")
+    assert node.slurm.calls() == []  # fail open: no drain, not even a look
 
 
-def test_a_section_the_node_does_not_use_is_no_error(tmp_path):
-    out, errors = _hook(tmp_path, "[recovery]\npoll_intervall = 3\n", prove=True)
+def test_a_section_the_node_does_not_use_is_no_error(fake_node):
+    out, errors, node = _hook(fake_node, "[recovery]\npoll_intervall = 3\n", prove=True)
     assert out.returncode == 0 and "quick pass" in out.stderr and errors == {}
+    assert node.slurm.calls() == []
 
 
 @pytest.mark.parametrize("hook, proven, rc, verdict", [
     ("prolog", True, 0, "fail open"), ("prolog", False, 1, "fail closed"),
     ("epilog", True, 0, "fail open"), ("healthcheck", True, 1, "fail open"),
 ])
-def test_an_exception_in_a_hook_follows_the_policy(tmp_path, hook, proven, rc, verdict):
-    out, errors = _hook(tmp_path, "", prove=proven, hook=hook, faults=hook)
+def test_an_exception_in_a_hook_follows_the_policy(fake_node, hook, proven, rc, verdict):
+    out, errors, node = _hook(fake_node, "", prove=proven, hook=hook, faults=hook)
     assert out.returncode == rc, out.stderr
     assert "Traceback" not in out.stderr and "RuntimeError" in out.stderr
     assert errors[hook]["message"].startswith(f"{verdict}: {hook} RuntimeError hooks/common.py:")
+    drained = node.slurm.node("n1")["reason"]
+    if proven:
+        assert drained == "" and node.slurm.updates() == []
+    else:
+        assert drained.startswith(f"airlock: FAIL {hook} RuntimeError hooks/common.py:")
 
 
-def test_a_working_run_clears_the_recorded_error(tmp_path):
-    _hook(tmp_path, "[slurm\n", prove=True)
-    out, errors = _hook(tmp_path, "", prove=False)  # prove=False: the proof from before stays
+def test_a_working_run_clears_the_recorded_error(fake_node):
+    _out, _errors, node = _hook(fake_node, "[slurm\n", prove=True)
+    node.write_config("")  # fixed; the proof from before stays
+    out = node.run("prolog")
+    errors = json.loads((node.root / "state" / "errors.json").read_text())
     assert out.returncode == 0 and errors == {}
 
 

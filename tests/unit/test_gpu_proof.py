@@ -33,8 +33,12 @@ def test_gpu_proof_cpu_mode_runs_every_step_and_catches_every_fault(tmp_path):
 
     check = steps["check_standard"]
     assert check["verdict"] == "pass" and check["profile"] == "h200-1x-proof", check["detail"]
-    for name in ("nvml", "gpu_count", "burnin", "memtest", "allreduce"):
+    for name in ("nvml", "gpu_count", "cuda", "burnin", "memtest"):
         assert check["checks"][name]["verdict"] == "pass", (name, check["checks"][name])
+    # the simulated GPU's CUDA is a CPU stand-in, and says so; one device: nothing to all-reduce
+    # within the node, exactly as on a one-GPU machine (the proof's own step covers the engine)
+    assert check["checks"]["burnin"]["figures"]["devices_kind"] == "stand-in"
+    assert check["checks"]["allreduce"]["verdict"] == "skip"
 
     # the faults, caught where the switches put them (airlock/faults.py)
     assert summary["gemm_corrupt_caught"] and summary["gemm_corrupt_at"] == [1, 1]

@@ -87,7 +87,9 @@ def test_real_prolog_run_writes_the_node_file(tmp_path):
     conf.write_text(f'state_dir = "{tmp_path}/state"\nlog_dir = "{tmp_path}/log"\n'
                     f'[nvml]\nsimulate = "{sim}"\n[metrics]\ntextfile_dir = "{tmp_path}/prom"\n')
     prove_boot(conf, "n1")
-    env = {"AIRLOCK_CONFIG": str(conf), "SLURMD_NODENAME": "n1", "SLURM_JOB_ID": "42"}
+    env = {"AIRLOCK_CONFIG": str(conf), "SLURMD_NODENAME": "n1", "SLURM_JOB_ID": "42",
+           "AIRLOCK_RUNTIME_DIR": os.environ["AIRLOCK_RUNTIME_DIR"],  # never the host's /run
+           "PATH": os.environ["PATH"]}  # the unit tests' tripwire, should Slurm be asked
     out = subprocess.run([sys.executable, "-m", "airlock.hooks.prolog"], env=env,
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr

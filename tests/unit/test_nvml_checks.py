@@ -15,6 +15,7 @@ from airlock.checks.base import Verdict
 from airlock.finish import summarize
 from airlock.nvml import Gpu, NvmlError, NvmlTimeout, Snapshot, gpu_from_dict, healthy_gpu_dict
 from airlock.runner import run_level
+from tests.unit.fakeslurm import FakeSlurm
 
 
 def gpus(n: int = 8, **change) -> list[Gpu]:
@@ -472,8 +473,9 @@ def test_registration_fails_closed_when_slurm_cannot_say_the_gres(tmp_path):
 
 
 def test_registration_fails_closed_when_scontrol_is_slow(tmp_path):
-    # The real scontrol with a config it cannot read retries for a minute: a slow controller.
-    cfg = gres_cfg(tmp_path, conf=str(tmp_path / "missing" / "slurm.conf"), timeout=1.0)
+    fake = FakeSlurm(tmp_path / "slurm", nodes=["n1"])
+    fake.fail("show", mode="hang")  # a controller that never answers
+    cfg = gres_cfg(tmp_path, bin_dir=fake.bin_dir, timeout=1.0)
     records, _ = run_level(cfg, "n1", "deep", only=["gpu_count"])
     assert records[0]["verdict"] == "fail" and "Slurm GRES unreadable" in records[0]["detail"]
     assert "timed out" in records[0]["detail"] or "timeout" in records[0]["detail"], records

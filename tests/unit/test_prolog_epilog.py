@@ -4,7 +4,6 @@ its GPU."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -12,8 +11,6 @@ import sys
 import pytest
 
 from airlock import config as config_mod
-from airlock.dev.cluster import healthy_gpus
-from airlock.dev.proof import prove_boot
 from airlock.hooks import epilog
 
 # --- pure verdicts ----------------------------------------------------------------------------
@@ -39,6 +36,39 @@ def test_released_only_counts_live_processes_on_the_jobs_gpus():
     assert epilog.verdict_released(gpus, {0}, alive, 1024).verdict.value == "pass"
     out = epilog.verdict_released(gpus, {0, 1}, alive, 1024)
     assert out.failed and out.detail == "gpu1 pid 22 still running (+1 more)"
+
+
+def test_a_cpu_only_job_on_a_shared_node_is_judged_by_its_own_processes():
+    """Issue 17: without SLURM_JOB_GPUS every GPU counted as the job's, so another job's live
+    process was reported as left behind (`FAIL gpu_released gpu1 pid ... still running` on a
+    MIXED node). Without SLURM_JOB_GPUS only the job's own processes count (its cgroup, else
+    its uid), and memory counts only on GPUs no one else is using."""
+    gpus = [_gpu(0, compute_pids=[11], memory_used_mib=30000),
+            _gpu(1, compute_pids=[22], memory_used_mib=2048)]
+    alive = {11, 22}.__contains__
+    ours = {22}.__contains__  # pid 22 is this job's; 11 is another job's
+    everything = epilog.job_gpu_indices(None, range(2))
+    assert epilog.verdict_released(gpus, everything, alive, 1024, belongs=lambda p: False) \
+        .verdict.value == "pass"
+    out = epilog.verdict_released(gpus, everything, alive, 1024, belongs=ours)
+    assert out.failed and out.detail == "gpu1 pid 22 still running"
+    idle = [_gpu(0, compute_pids=[11], memory_used_mib=30000), _gpu(1, memory_used_mib=4096)]
+    out = epilog.verdict_released(idle, everything, alive, 1024, belongs=lambda p: False)
+    assert out.failed and out.detail == "gpu1 4096 MiB still in use"  # gpu0 is someone else's
+
+
+def test_job_processes_are_told_by_cgroup_then_uid(tmp_path):
+    proc = tmp_path / "proc"
+    for pid, cgroup, uid in ((1, "0::/system.slice/slurmstepd.scope/job_42/step_0/user/task_0",
+                              0), (2, "0::/system.slice/slurmstepd.scope/job_7/step_0", 1000),
+                             (3, "0::/user.slice/user-1000.slice", 1000),
+                             (4, "0::/user.slice/user-1001.slice", 1001)):
+        (proc / str(pid)).mkdir(parents=True)
+        (proc / str(pid) / "cgroup").write_text(cgroup + "\n")
+        os.chown(proc / str(pid), uid, uid)
+    owns = epilog.job_owns("42", 1000, proc_root=str(proc))
+    assert [owns(p) for p in (1, 2, 3, 4, 5)] == [True, False, True, False, False]
+    assert not epilog.job_owns("42", None, proc_root=str(proc))(3)
 
 
 def test_released_fails_on_memory_still_used_on_the_jobs_gpus():
@@ -98,22 +128,17 @@ def test_sections_validate():
     assert 79 in default and 13 not in default
 
 
-def test_prolog_never_imports_torch(tmp_path):
+def test_prolog_never_imports_torch(fake_node):
     """The prolog runs before every job: its whole path (a passing quick level) stays torch-free."""
-    sim = tmp_path / "gpus.json"
-    sim.write_text(json.dumps({"nodes": {"n1": {"gpus": healthy_gpus(8)}}}))
-    conf = tmp_path / "airlock.toml"
-    conf.write_text(f'state_dir = "{tmp_path}/state"\nlog_dir = "{tmp_path}/log"\n'
-                    f'[nvml]\nsimulate = "{sim}"\n')
-    prove_boot(conf, "n1")
+    node = fake_node()
+    node.prove()
     code = ("import sys; from airlock.hooks import prolog; rc = prolog.main(); "
             "print(rc, 'torch' in sys.modules)")
-    env = {"AIRLOCK_CONFIG": str(conf), "SLURMD_NODENAME": "n1", "SLURM_JOB_ID": "7",
-           "PATH": os.environ["PATH"]}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         timeout=60)
+    out = subprocess.run([sys.executable, "-c", code], env=node.env("prolog", job="7"),
+                         cwd=node.root, capture_output=True, text=True, timeout=60)
     assert out.stdout.split() == ["0", "False"], out.stderr
-    assert (tmp_path / "state" / "jobs" / "7.json").exists()
+    assert (node.root / "state" / "jobs" / "7.json").exists()
+    assert node.slurm.calls() == []  # the pass path asks Slurm nothing
 
 
 # --- the real cluster ---------------------------------------------------------------------------

@@ -82,6 +82,38 @@ def test_never_acts_on_busy_node_or_foreign_drain():
     assert walk(None, obs(reason="airlock: pending standard check"), 0).case is None
 
 
+OWN = ["airlock: FAIL config /etc/airlock/airlock.toml: line 3: expected '='",
+       "airlock: FAIL suite not seen: burnin (not run: budget spent)",
+       "airlock: FAIL state_dir /var/lib/airlock: Read-only file system",
+       "airlock: FAIL healthcheck KeyError hooks/gate.py:88 'pid'"]
+
+
+@pytest.mark.parametrize("reason", OWN)
+def test_never_acts_on_airlocks_own_errors(reason):
+    """Issue 17: a typo in one node's airlock.toml got that node rebooted after detect_grace,
+    then replaced. An own-error reason opens no case, wants no action, counts for no breaker."""
+    lim = limits()
+    s = walk(None, obs(reason=reason), 0)
+    assert s.case is None and not s.new and s.want is None
+    decision = m.decide({}, [obs(reason=reason)], 10_000, POLICY, lim, m.Ledger())
+    assert not decision.starts and not decision.cases and not decision.detections
+    # A node rebooted for a real failure whose re-check then hits an own error waits (a
+    # person fixes Airlock); it is not escalated to a replacement, however long it takes.
+    case = walk(None, obs(), 0).case
+    req = case.to(m.REBOOT_REQUESTED, 11, action="reboot", boot_before=B0)
+    booted = walk(req, obs(reason="airlock: pending standard check boot", boot=B1), 30).case
+    later = walk(booted, obs(reason=reason, boot=B1), 30 + lim.verdict_timeout * 10)
+    assert later.case.state == m.REBOOTED and later.want is None, later.events
+    assert "own error" in later.case.note
+
+
+def test_own_errors_are_listed_as_needing_an_operator():
+    nodes = [obs("a", reason=OWN[0], reason_time=boot(5)), obs("b"),
+             obs("c", reason=OWN[1], drained=False)]  # history, not in force: not listed
+    found = m.own_error_nodes(nodes, 100)
+    assert found == {"a": (OWN[0], m.parse_slurm_time(boot(5)))}
+
+
 def test_timeouts_escalate_and_exhaust_to_manual():
     lim = limits()
     case = walk(None, obs(), 0).case

@@ -163,3 +163,27 @@ def test_command_provider_argv_and_exit_codes(tmp_path):
         pv.Command(str(tmp_path / "calls"), 5)
 
 
+
+
+def test_the_token_file_is_judged_by_the_file_that_was_read(tmp_path, monkeypatch):
+    """Issue 17: the token file was checked by path (stat), then opened by path: what was
+    checked need not be what was read. Now it is opened once and the open file is judged
+    (fstat). Shown here by a path lookup that lies: only the open file tells the truth."""
+    import os
+
+    from airlock.recovery.providers import http as http_mod
+
+    token = tmp_path / "token"
+    token.write_text("s3cret\n")
+    token.chmod(0o644)  # others can read it: must be refused
+    real_stat = os.stat
+
+    def lying_stat(path, *a, **kw):  # a swap between the check and the open, say
+        st = real_stat(path, *a, **kw)
+        if str(path) == str(token):
+            return os.stat_result((st.st_mode & ~0o077, *tuple(st)[1:]))
+        return st
+
+    monkeypatch.setattr(os, "stat", lying_stat)
+    with pytest.raises(ConfigError, match="mode 0644 lets group or others read it"):
+        http_mod.read_token(HttpSettings(url="http://127.0.0.1:9", token_file=str(token)))

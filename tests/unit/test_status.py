@@ -18,6 +18,9 @@ from airlock.slurm import Node
     ("IDLE", ("DRAIN",), "airlock: pending standard check new", "quarantined"),
     ("IDLE", ("DRAIN",), "airlock: checking deep", "quarantined"),
     ("IDLE", ("DRAIN",), "airlock: FAIL gpu_count 7 GPUs", "failed"),
+    # Airlock's own trouble: needs an operator, never the recovery service (issue 17)
+    ("IDLE", ("DRAIN",), "airlock: FAIL config /etc/airlock/airlock.toml: bad", "own-error"),
+    ("IDLE", ("DRAIN",), "airlock: FAIL suite not seen: burnin (no time)", "own-error"),
     ("DOWN", ("DRAIN",), "airlock: recover reboot", "recovering"),
     ("IDLE", ("DRAIN",), "maintenance by bob", "drained-other"),
     ("IDLE", ("DRAIN",), "", "drained-other"),

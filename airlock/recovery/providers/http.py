@@ -9,7 +9,6 @@ Retry-After. Every failed attempt is recorded in the node's history.
 from __future__ import annotations
 
 import os
-import stat
 import time
 from collections.abc import Callable
 from urllib.parse import quote
@@ -17,6 +16,7 @@ from urllib.parse import quote
 import requests
 
 from airlock.errors import ConfigError
+from airlock.paths import read_secret_file
 from airlock.recovery.machine import Obs
 from airlock.recovery.providers.base import (
     ERROR,
@@ -32,33 +32,27 @@ RETRY_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
 
 
 def token_file_problem(path: str) -> str:
-    """Why a token file must not be trusted with a bearer token ("" when it may): others can
-    read it, or someone other than root (or this service's user) owns it and can swap it."""
+    """Why a token file must not be trusted with a bearer token ("" when it may), judged on
+    the open file (paths.read_secret_file)."""
     try:
-        st = os.stat(path)
+        return read_secret_file(path)[1]
     except OSError as exc:
         return exc.strerror or str(exc)
-    if st.st_uid not in (0, os.geteuid()):
-        return f"owned by uid {st.st_uid}, not root; chown root"
-    if st.st_mode & 0o077:
-        return (f"mode {stat.S_IMODE(st.st_mode):04o} lets group or others read it; "
-                "chmod 600")
-    return ""
+    except ValueError:
+        return "not UTF-8 text"
 
 
 def read_token(settings) -> str:
     if settings.token_file:
         where = f"[recovery.http] token_file {settings.token_file}"
-        problem = token_file_problem(settings.token_file)
-        if problem and not settings.allow_insecure and os.path.exists(settings.token_file):
-            raise ConfigError(f"{where}: {problem} (or set allow_insecure = true)")
         try:
-            with open(settings.token_file, encoding="utf-8") as fh:
-                token = fh.readline().strip()
+            token, problem = read_secret_file(settings.token_file)
         except OSError as exc:
             raise ConfigError(f"{where}: {exc.strerror}") from None
-        except UnicodeDecodeError:
+        except ValueError:
             raise ConfigError(f"{where}: not UTF-8 text") from None
+        if problem and not settings.allow_insecure:
+            raise ConfigError(f"{where}: {problem} (or set allow_insecure = true)")
         if not token:
             raise ConfigError(f"{where}: empty")
         return token
