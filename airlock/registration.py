@@ -36,11 +36,17 @@ from airlock.errors import AirlockError, where
 from airlock.runner import run_level
 from airlock.slurm import Node, Slurm
 
+# While the suite waits for isolation it asks Slurm again after POLL_S, then twice as long
+# each time the answer is unchanged, up to POLL_MAX_S (a draining node's jobs may run for days;
+# the checks starting 30 s after the last one ends costs nothing). Each ask is one node read,
+# two RPCs for slurmctld (sdiag: the node table and the partition table).
 POLL_S = 2.0
+POLL_MAX_S = 30.0
 # How often the drain is re-verified between checks. An unreachable slurmctld costs a client
-# call about 10 s, and the drain is lost only by rare events (a FUTURE node registering, a
-# reboot with nextstate=resume), so once per this many seconds is enough.
-RECHECK_S = 15.0
+# call about 10 s, and the drain is lost only by rare events (a reboot with nextstate=resume, an
+# admin's resume; the prolog refuses jobs on this boot meanwhile), so once a minute is enough:
+# two RPCs per node per minute while a long level runs.
+RECHECK_S = 60.0
 
 
 def log(msg: str) -> None:
@@ -70,9 +76,13 @@ class Suite:
         Airlock's drain back if it is missing)."""
         current = self.slurm.node(self.node)
         if drains.unclaimed(current):
-            drains.isolate(self.slurm, self.node, self.level, self.trigger)
-            return "drain just set"
-        if current.busy:
+            drains.isolate(self.slurm, self.node, self.level, self.trigger, current=current)
+            if not current.drained or current.busy:
+                return "drain just set"
+            # It was drained all along and idle, only its reason was gone (a FUTURE node
+            # registering on 22.05): no job could start meanwhile, so the claim put back is the
+            # isolation, without asking Slurm again.
+        elif current.busy:
             return f"jobs still running ({current.state_text})"
         self.seen = current
         return ""
@@ -83,6 +93,7 @@ class Suite:
         suite with an own error, which the hooks retry once Slurm answers."""
         waiting, last, unreachable_since = False, None, None
         limit = self.cfg.registration.suite_timeout
+        pause = POLL_S
         while True:
             if self.superseded():
                 raise Superseded()
@@ -107,8 +118,11 @@ class Suite:
                 waiting = True
             if why != last:
                 log(f"{self.node}: waiting before any check: {why}")
-                last = why
-            time.sleep(POLL_S)
+                pause = POLL_S  # something changed: look again soon
+            else:
+                pause = min(pause * 2, POLL_MAX_S)
+            last = why
+            time.sleep(pause)
 
     def keep_isolated(self, _spec, force: bool = False) -> None:
         if self.superseded():
@@ -117,8 +131,9 @@ class Suite:
             return
         self.verified = time.monotonic()
         try:
-            if drains.unclaimed(self.slurm.node(self.node)):
-                drains.isolate(self.slurm, self.node, self.level, self.trigger)
+            current = self.slurm.node(self.node)
+            if drains.unclaimed(current):
+                drains.isolate(self.slurm, self.node, self.level, self.trigger, current=current)
         except AirlockError as exc:
             log(f"could not verify isolation: {exc}")
 

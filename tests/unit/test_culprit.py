@@ -12,7 +12,7 @@ def oracle(bad):
     return lambda nodes: not (set(nodes) & bad)
 
 
-@settings(max_examples=400)
+@settings(max_examples=400, deadline=None)
 @given(st.integers(min_value=2, max_value=24), st.data())
 def test_blames_only_bad_nodes_and_accounts_for_everyone(n, data):
     nodes = [f"n{i:02d}" for i in range(n)]
@@ -92,7 +92,7 @@ def test_a_blame_confirmed_on_verdicts_stands_when_a_later_test_has_none():
     assert s.bad == ["c"] and "d" in s.inconclusive and "d" not in s.bad
 
 
-@settings(max_examples=200)
+@settings(max_examples=200, deadline=None)
 @given(st.integers(min_value=2, max_value=12), st.data())
 def test_no_verdict_never_adds_blame(n, data):
     """Whatever tests lose their verdict, a node is blamed only if the same search without
@@ -120,7 +120,7 @@ def rounds_bound(n: int, confirm: int = 1) -> int:
     return 1 + math.ceil(math.log2(n)) + confirm
 
 
-@settings(max_examples=300)
+@settings(max_examples=150, deadline=None)
 @given(st.sampled_from([16, 64, 256]), st.data())
 def test_one_or_two_culprits_are_found_in_logarithmic_rounds(n, data):
     nodes = [f"n{i:03d}" for i in range(n)]
