@@ -8,7 +8,7 @@ would take most of this machine's memory, which a real node never shares with 63
 rendezvous, the relays, the ranks and the collectives are the real ones, on loopback.
 
     python -m airlock.dev.group --members 16 --ranks 8 [--port P] [--sizes 4K] [--timeout 90]
-                                [--fault NODE=SWITCHES ...]
+                                [--names a,b,c] [--fault NODE=SWITCHES ...]
 
 prints one JSON line: every member's launcher report, each judged as a group member judges its
 own (checks.groupcheck.judge), and the seconds the whole group took.
@@ -108,6 +108,8 @@ def summary(nodes: list[str], reports: dict[str, dict[str, Any] | None], seconds
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m airlock.dev.group")
     ap.add_argument("--members", type=int, default=16)
+    ap.add_argument("--names", default="", help="member names, comma-separated (instead of "
+                    "--members: m000, m001, ...)")
     ap.add_argument("--ranks", type=int, default=8, help="ranks per member (its GPUs)")
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--sizes", default="4K")
@@ -115,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=90.0)
     ap.add_argument("--fault", action="append", default=[], help="NODE=SWITCHES")
     args = ap.parse_args(argv)
-    nodes = [f"m{i:03d}" for i in range(args.members)]
+    nodes = args.names.split(",") if args.names else [f"m{i:03d}" for i in range(args.members)]
     params = dist.SweepParams(dist.parse_sizes(args.sizes), iters=args.iters, warmup=0,
                               backend="gloo", timeout=args.timeout)
     faults = {}
