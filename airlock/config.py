@@ -53,6 +53,7 @@ SECTIONS: dict[str, str] = {
     "metrics": "airlock.settings.node:MetricsSection",
     "prolog": "airlock.settings.node:PrologSection",
     "epilog": "airlock.settings.node:EpilogSection",
+    "serve": "airlock.settings.serve:ServeSection",
 }
 
 PATH_KEYS = ("state_dir", "log_dir", "shared_dir")

@@ -42,3 +42,7 @@ def where(exc: BaseException) -> str:
         return "?"
     parts = frame.filename.replace("\\", "/").split("/")
     return f"{'/'.join(parts[-2:])}:{frame.lineno}"
+
+
+class NotFound(AirlockError):
+    """Something asked for by name does not exist: a recorded run, an on-demand check."""

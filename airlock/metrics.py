@@ -129,6 +129,13 @@ def controller_registry(status: dict[str, Any], recovery: dict[str, Any]):
     errors = Gauge("airlock_node_errors", "Airlock's own errors recorded on the node (a hook "
                    "that failed open on a proven boot, or closed on an unproven one)",
                    ["node", "hook"], registry=reg)
+    own_error = Gauge("airlock_node_own_error", "1 when the node's condition is Airlock's own "
+                      "error (an own-error drain, a hook that failed, a last run that did not "
+                      "see the node): an operator's matter, never the node's failure",
+                      ["node"], registry=reg)
+    conditions = Gauge("airlock_condition_nodes", "Nodes per condition (the console's finer "
+                       "state: pending, checking, error, adopted, ...)", ["condition"],
+                       registry=reg)
     scraped = Gauge("airlock_controller_timestamp_seconds", "When this file was written",
                     registry=reg)
     states = list(STATES) + sorted({r["airlock"] for r in status["nodes"]} - set(STATES))
@@ -143,8 +150,11 @@ def controller_registry(status: dict[str, Any], recovery: dict[str, Any]):
         stuck.labels(r["node"]).set(1 if r.get("stuck") else 0)
         for hook in sorted(r.get("errors") or {}):
             errors.labels(r["node"], hook).set(1)
+        own_error.labels(r["node"]).set(1 if r.get("condition") == "error" else 0)
     for s in states:
         nodes.labels(s).set(status["summary"].get(s, 0))
+    for c, count in sorted((status.get("conditions") or {}).items()):
+        conditions.labels(c).set(count)
     scraped.set(status.get("generated_at", time.time()))
     if recovery:
         reg.register(_ActionsCollector(recovery.get("actions", {})))
@@ -154,6 +164,12 @@ def controller_registry(status: dict[str, Any], recovery: dict[str, Any]):
         if "in_flight" in recovery:
             Gauge("airlock_recovery_in_flight", "Nodes with a recovery action under way",
                   registry=reg).set(recovery["in_flight"])
+        if "refailed" in recovery:
+            again = Gauge("airlock_recovery_refailed", "1 while a node whose recovery rebooted "
+                          "or replaced it fails the same check again (the action did not help)",
+                          ["node", "check", "action"], registry=reg)
+            for node, check, action in recovery["refailed"]:
+                again.labels(node, check, action).set(1)
     return reg
 
 

@@ -48,7 +48,7 @@ _OPTIONAL: dict[str, tuple[type, ...]] = {
     "verdict": (str, type(None)), "pid_start": (int, type(None)), "error": (str,),
     "finished_uptime": (int, float, type(None)), "slurm_pending": (str,),
     "started_at": (int, float), "finished_at": (int, float, type(None)), "detail": (str,),
-    "reason": (str,), "phase": (str,),
+    "reason": (str,), "phase": (str,), "claim_checked_uptime": (int, float),
 }
 
 
@@ -202,6 +202,15 @@ class NodeState:
             if phase == "checking":
                 data["started_uptime"] = round(boot_mod.uptime(), 3)
             self.save(data)
+
+    def claim_checked(self, run_id: str, uptime: float) -> None:
+        """A hook on this proven boot saw, after the proof had settled, that no claim of
+        Airlock's was left in force: later hooks need not ask Slurm again."""
+        with self._locked():
+            data = self.load()
+            if data is not None and data["run_id"] == run_id and data["status"] == "done":
+                data["claim_checked_uptime"] = round(uptime, 3)
+                self.save(data)
 
     def settle(self, run_id: str) -> None:
         """The Slurm update the suite left pending has been made."""

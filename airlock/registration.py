@@ -47,6 +47,8 @@ POLL_MAX_S = 30.0
 # admin's resume; the prolog refuses jobs on this boot meanwhile), so once a minute is enough:
 # two RPCs per node per minute while a long level runs.
 RECHECK_S = 60.0
+# How long a finished suite keeps trying a Slurm update it could not make (keep_trying).
+LINGER_S = 24 * 3600.0
 
 
 def log(msg: str) -> None:
@@ -227,6 +229,8 @@ class Suite:
             return 0
         if not self.update_slurm(failing, reason):
             self.state.settle(self.run_id)
+        else:
+            self.keep_trying(failing, reason)
         return 1 if failing else 0
 
     def update_slurm(self, failing: bool, reason: str) -> str:
@@ -247,6 +251,31 @@ class Suite:
                     log(f"{self.node}: Slurm update failed ({exc}); left to the next hook run")
                     return "fail" if failing else "resume"
                 time.sleep(POLL_S)
+
+
+    def keep_trying(self, failing: bool, reason: str) -> None:
+        """The update is left in the record for the next hook run, but with
+        HealthCheckInterval=0 no hook runs again this boot (and a drained node gets no job, so
+        no prolog either): keep trying in the background, less and less often, until it
+        lands, a hook made it (the record is settled), or a newer registration took over."""
+        wait, give_up = POLL_S, time.monotonic() + LINGER_S
+        while time.monotonic() < give_up:
+            time.sleep(wait)
+            wait = min(wait * 2, 60.0)
+            record = self.state.load()
+            if record is None or record["run_id"] != self.run_id \
+                    or not record.get("slurm_pending"):
+                return
+            try:
+                if failing:
+                    drains.fail(self.slurm, self.node, reasons.parse(reason))
+                else:
+                    drains.release(self.slurm, self.node, self.level, self.trigger)
+            except AirlockError:
+                continue
+            self.state.settle(self.run_id)
+            log(f"{self.node}: the Slurm update left pending is made")
+            return
 
 
 class Superseded(Exception):

@@ -1,7 +1,7 @@
 """`airlock render`: install files from the templates in airlock.templates (jinja2).
 
   airlock render slurm-conf   the slurm.conf fragment (HealthCheckProgram, Prolog, Epilog, ...)
-  airlock render systemd      the recovery service's systemd unit
+  airlock render systemd      the recovery service's systemd unit (--serve: the console's)
   airlock render config       an example airlock.toml with every key and its default
 
 slurm.conf.d/airlock.conf in the repository is `airlock render slurm-conf` with the defaults
@@ -119,6 +119,25 @@ def systemd_unit(airlock_bin: str = "", config: str = DEFAULT_PATH, **extra: Any
         raise AirlockError(f"state_dir {state_dir!r}: systemd's StateDirectory= lives under "
                            "/var/lib/")
     return render_template("airlock-recover.service.j2", airlock_bin=airlock_bin, config=config,
+                           **extra)
+
+
+def serve_unit(airlock_bin: str = "", config: str = DEFAULT_PATH, **extra: Any) -> str:
+    """The airlock-serve.service unit (the console and API)."""
+    airlock_bin = airlock_bin or shutil.which("airlock") or os.path.join(DEFAULT_BIN_DIR,
+                                                                         "airlock")
+    for key, path in (("airlock executable", airlock_bin), ("config", config)):
+        if not os.path.isabs(path) or any(c.isspace() for c in path):
+            raise AirlockError(f"{key} {path!r}: must be an absolute path without spaces")
+    listen = extra.get("listen") or ""
+    if listen:
+        from airlock.settings.serve import parse_listen
+
+        try:
+            parse_listen(listen)
+        except ValueError as exc:
+            raise AirlockError(str(exc)) from None
+    return render_template("airlock-serve.service.j2", airlock_bin=airlock_bin, config=config,
                            **extra)
 
 

@@ -355,6 +355,47 @@ def read_many(cfg, nodes: list[str], history: int = 0,
     return done
 
 
+def run_node(run_id: str) -> str:
+    """The node a run id names (`<UTC time>-<pid>-<node>`, new_run_id), or "" when run_id is
+    not a valid run id of that shape."""
+    if not valid_run_id(run_id):
+        return ""
+    parts = run_id.split("-", 2)
+    if len(parts) != 3 or not parts[1].isdigit() or not valid_node_name(parts[2]):
+        return ""
+    return parts[2]
+
+
+def read_run(cfg, run_id: str) -> tuple[dict[str, Any] | None, str]:
+    """One recorded run by its id: (the document, "") from the shared copy, else the node-local
+    one when this host can see it; (None, why not) otherwise. The document must validate as a
+    run of the node its id names, with that very id."""
+    node = run_node(run_id)
+    if not node:
+        return None, f"{run_id!r} is not a run id"
+    name = f"{run_id}.json"
+    places = []
+    where = shared_node_parts(cfg.shared_dir, node)
+    if where is not None:
+        places.append(("shared", where))
+    if local_readable(cfg, node):
+        places.append(("local", split_template(cfg.state_dir, node)))
+    problems = []
+    for source, (root, parts) in places:
+        folder, why = _open(root, [*parts, "results"])
+        if folder is None:
+            problems.append(f"{source}: {why}")
+            continue
+        with folder:
+            run, why = _read_run(folder, node, name)
+        if run is not None and run.get("run_id") == run_id:
+            return run, ""
+        problems.append(f"{source}: {why or 'written for another run id'}")
+    if not places:
+        return None, f"no shared_dir configured and {node}'s results are not on this host"
+    return None, "; ".join(problems)
+
+
 def read_shared(cfg, node: str) -> tuple[dict[str, Any] | None, str]:
     """The controller's view of a node's last run: (run or None, problem or "")."""
     res = read_node(cfg, node)

@@ -356,6 +356,7 @@ def collect(names: Iterable[str]) -> str:
     return hostlist.collect_hostlist(list(names))
 
 
+_UNKNOWN_NODE = re.compile(r"^(?!NodeName=)(Node \S.* not found|.*Invalid node name.*)$")
 # (scontrol, SLURM_CONF) -> whether `scontrol --json` exists there; one question per process.
 _JSON_SUPPORT: dict[tuple[str, str], bool] = {}
 _UNKNOWN_OPTION = re.compile(r"unrecognized option|invalid option|unknown option", re.I)
@@ -423,9 +424,16 @@ class Slurm:
     def run(self, tool: str, args: Sequence[str], timeout: float | None = None) -> str:
         rc, stdout, stderr = self._exec(tool, args, timeout)
         if rc != 0:
+            # `show node a,b` with b unknown prints a's record and "Node b not found", in the
+            # order of the list: the unknown name is the error, wherever its line is.
+            unknown = [line.strip() for line in (stderr + "\n" + stdout).splitlines()
+                       if _UNKNOWN_NODE.match(line.strip())]
+            if unknown:
+                raise NodeNotFound(f"{tool}: {unknown[0]}")
             msg = (stderr or stdout).strip().splitlines()
             detail = msg[-1] if msg else f"exit {rc}"
-            if "Invalid node name" in detail or "not found" in detail.lower():
+            if not detail.startswith("NodeName=") and (
+                    "Invalid node name" in detail or "not found" in detail.lower()):
                 raise NodeNotFound(f"{tool}: {detail}")
             raise SlurmError(f"{tool} {' '.join(args[:2])}: {detail}")
         return stdout

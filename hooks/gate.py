@@ -38,6 +38,7 @@ MAX_ATTEMPTS = 2  # a suite that dies without a verdict is re-run once, then fai
 # many seconds when the suite itself ran and failed (a crash, slurmctld away for its timeout).
 RETRY_OWN_ERROR_S = 600.0
 CHEAP_RETRY = ("config", "state_dir", "log_dir")
+DIED = "suite died without a verdict"
 
 
 def start_suite(hook: Hook, trigger: str, attempt: int = 1, current=None) -> str:
@@ -101,7 +102,17 @@ def hold(hook: Hook, why: str) -> str:
     if record.get("run_id") != hook.proof.record["run_id"] or record.get("status") != "running":
         return "left alone: " + ended_meanwhile(state)
     res = drains.isolate(hook.slurm(), hook.node, hook.cfg.registration.level, why)
-    return "drained again" if res.changed else res.why
+    if not res.changed:
+        return res.why
+    # The suite may have recorded its pass and resumed the node between the read above and
+    # this drain: then the drain landed after the resume. Undo it at once (the HealthCheckProgram
+    # on the proven boot would also release it, but not with HealthCheckInterval=0).
+    after = state.load() or {}
+    if after.get("run_id") == record.get("run_id") and after.get("status") == "done" and \
+            after.get("verdict") in nodestate.PASSED:
+        undo = drains.release(hook.slurm(), hook.node)
+        return f"drained, but the suite passed meanwhile: {'resumed' if undo.changed else undo.why}"
+    return "drained again"
 
 
 def watch(hook: Hook) -> str:
@@ -123,12 +134,14 @@ def watch(hook: Hook) -> str:
         _kill_session(record["pid"], record.get("pid_start"))
         why = f"suite timeout after {age:.0f}s"
     elif record["attempt"] < MAX_ATTEMPTS:
-        if not state.finish(record["run_id"], "error", error="suite died without a verdict"):
+        # Recorded before the next attempt starts; a hook killed in between (slurmd's 60 s
+        # kill) leaves this record, and the next hook starts the next attempt (settle_failed).
+        if not state.finish(record["run_id"], "error", error=DIED,
+                            reason=reasons.failure("suite", DIED).format()):
             return ended_meanwhile(state)
-        return "suite died without a verdict; " + start_suite(hook, record["trigger"],
-                                                               record["attempt"] + 1)
+        return f"{DIED}; " + retry_died(hook, record)
     else:
-        why = f"suite died without a verdict ({record['attempt']} attempts)"
+        why = f"{DIED} ({record['attempt']} attempts)"
     if not state.finish(record["run_id"], "fail", error=why, detail=why):
         return ended_meanwhile(state)
     res = drains.fail(hook.slurm(), hook.node, reasons.failure("registration", why))
@@ -153,9 +166,17 @@ def _kill_session(pid: int, start) -> None:
         pass
 
 
+def retry_died(hook: Hook, record: dict) -> str:
+    return start_suite(hook, record["trigger"], record["attempt"] + 1)
+
+
 def settle_failed(hook: Hook) -> str:
     """This boot failed its registration: the node stays out until something acts."""
     record = hook.proof.record
+    if record.get("error") == DIED and record["attempt"] < MAX_ATTEMPTS:
+        # A suite that died, whose next attempt was never started (the hook that saw it die
+        # was killed): start it now, as that hook would have.
+        return f"{DIED} (attempt {record['attempt']}); " + retry_died(hook, record)
     slurm = hook.slurm()
     current = slurm.node(hook.node)
     detail = record.get("detail") or record.get("error") or "failed"

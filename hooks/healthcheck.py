@@ -5,8 +5,9 @@ Slurm gives it only SLURMD_NODENAME: no PATH, no SLURM_CONF, no arguments; the c
 from $AIRLOCK_CONFIG or /etc/airlock/airlock.toml; airlock.slurm finds the Slurm binaries.
 
 * This boot has passed its registration: run the quick level (NVML, system; never torch) and
-  drain with the failing check named. The pass path makes no Slurm call, unless the suite left
-  its resume to this run (slurmctld was down when it finished).
+  drain with the failing check named. The pass path makes no Slurm call once the proof has
+  settled: until then (and while the suite left its resume to this run), one read makes sure
+  no claim of Airlock's (pending, checking) is left in force, and releases one that is.
 * Anything else: hooks.gate brings the node to where it must be: isolate a new boot and start
   its registration suite detached (own session, own hard timeout, log file), watch a running
   one, keep a failed one drained, adopt a node first seen running jobs.
@@ -50,16 +51,43 @@ def done_history(run: dict) -> bool:
     return run["verdict"] == "fail"
 
 
-def retry_resume(hook: Hook) -> str:
-    """The suite passed but could not resume the node (slurmctld was down): resume it now."""
+# How long after a suite's verdict a drain from a hook that raced it can still land: the
+# HealthCheckProgram is killed at 60 s, and one Slurm call takes at most [slurm] timeout.
+SETTLE_S = 90.0
+
+
+def settle_claim(hook: Hook) -> str:
+    """The invariant that keeps a proven node from being stuck out of service: on a proven
+    boot no suite can be running (its record is done), so Airlock's pending or checking claim
+    in force is left over (a hook's drain that raced the suite's pass and landed after the
+    resume; a resume the suite could not make) and is released. A foreign drain and a failure
+    stay. One Slurm read, only until a read after the proof settled found nothing: the pass
+    path of a settled proof makes no Slurm call."""
     record = hook.proof.record
-    if record.get("slurm_pending") != "resume":
+    if record is None or record.get("status") != "done":
+        return ""  # adopted under next-reboot: Airlock set no claim on this boot
+    pending = record.get("slurm_pending") == "resume"
+    finished = float(record.get("finished_uptime") or 0.0)
+    if not pending and float(record.get("claim_checked_uptime") or 0.0) >= finished + SETTLE_S:
         return ""
     from airlock import drains  # the Slurm client: only this rare path needs it
 
-    res = drains.release(hook.slurm(), hook.node, record["level"], record["trigger"])
-    nodestate.NodeState(hook.cfg, hook.node).settle(record["run_id"])
-    return f"; pending resume: {'resumed' if res.changed else res.why}"
+    slurm = hook.slurm()
+    state = nodestate.NodeState(hook.cfg, hook.node)
+    claim = slurm.node(hook.node).claim
+    msg = ""
+    if pending:  # the suite's own resume, left to us: its drain may also have lost its reason
+        res = drains.release(slurm, hook.node, record["level"], record["trigger"])
+        state.settle(record["run_id"])
+        msg = f"; pending resume: {'resumed' if res.changed else res.why}"
+    elif claim is not None and claim.state in ("pending", "checking"):
+        res = drains.release(slurm, hook.node)
+        msg = (f"; Airlock's {claim.state} claim on a proven boot: "
+               f"{'resumed' if res.changed else res.why}")
+    now = hook.now.uptime if hook.now is not None else 0.0
+    if now >= finished + SETTLE_S:
+        state.claim_checked(record["run_id"], now)
+    return msg
 
 
 def body(hook: Hook) -> tuple[int, str]:
@@ -70,7 +98,7 @@ def body(hook: Hook) -> tuple[int, str]:
     proof = hook.read_proof()
     if hook.proven():
         msg, done = periodic(hook)
-        return _seen(hook, done, msg + retry_resume(hook))
+        return _seen(hook, done, msg + settle_claim(hook))
     from airlock.hooks import gate  # the Slurm client and subprocess: never on the pass path
 
     if proof.state == nodestate.NONE:

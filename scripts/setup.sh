@@ -7,9 +7,12 @@ cd "$(dirname "$0")/.."
 
 # Debian packages, each installed only when its program is missing: Slurm and munge; faketime
 # (a wall-clock step injected into one hook run by the fault-matrix tests); systemd's
-# systemd-analyze (the rendered recovery unit is verified by systemd itself).
+# systemd-analyze (the rendered units are verified by systemd itself); chromium (the console's
+# browser test drives it through Playwright, whose own browser download is not used); promtool
+# from Debian's prometheus (deploy/'s alerting rules are checked and tested with it).
 declare -A pkg=([slurmctld]=slurmctld [slurmd]=slurmd [scontrol]=slurm-client [munged]=munge
-                [faketime]=faketime [systemd-analyze]=systemd)
+                [faketime]=faketime [systemd-analyze]=systemd [chromium]=chromium
+                [promtool]=prometheus)
 need=()
 for b in "${!pkg[@]}"; do
   command -v "$b" >/dev/null 2>&1 || [ -x "/usr/sbin/$b" ] || need+=("${pkg[$b]}")

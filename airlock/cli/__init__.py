@@ -18,6 +18,7 @@ COMMANDS = {
     "check": "airlock.cli.check:check_cmd",
     "status": "airlock.cli.status:status_cmd",
     "recover": "airlock.cli.recover:recover_cmd",
+    "serve": "airlock.cli.serve:serve_cmd",
     "render": "airlock.cli.render:render_cmd",
     "doctor": "airlock.cli.doctor:doctor_cmd",
     "metrics": "airlock.cli.metrics:metrics_cmd",

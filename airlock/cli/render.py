@@ -12,7 +12,7 @@ output = click.option("-o", "--output", default=None,
 
 @click.group("render")
 def render_cmd() -> None:
-    """Render install files: slurm.conf fragment, systemd unit, example config."""
+    """Render install files: slurm.conf fragment, systemd units, example config."""
 
 @render_cmd.command("slurm-conf")
 @click.option("--bin-dir", default=render.DEFAULT_BIN_DIR, show_default=True,
@@ -38,10 +38,18 @@ def slurm_conf_cmd(output, **values) -> None:
 @render_cmd.command("systemd")
 @click.option("--airlock-bin", default="", help="The airlock executable (default: found).")
 @click.option("--airlock-config", "config", default=config_mod.DEFAULT_PATH, show_default=True)
+@click.option("--serve", is_flag=True,
+              help="The airlock-serve.service unit (console and API) instead.")
+@click.option("--listen", default="", metavar="HOST:PORT",
+              help="With --serve: the listen address (default [serve] listen).")
 @output
-def systemd_cmd(output, airlock_bin, config) -> None:
-    """The airlock-recover.service unit for the controller."""
-    render.write_output(render.systemd_unit(airlock_bin, config), output)
+def systemd_cmd(output, airlock_bin, config, serve, listen) -> None:
+    """The airlock-recover.service unit for the controller (--serve: airlock-serve.service)."""
+    if listen and not serve:
+        raise click.UsageError("--listen goes with --serve")
+    text = (render.serve_unit(airlock_bin, config, listen=listen) if serve
+            else render.systemd_unit(airlock_bin, config))
+    render.write_output(text, output)
 
 @render_cmd.command("config")
 @output

@@ -230,7 +230,12 @@ def plan(case: Case | None, obs: Obs | None, now: float, policy, limits,
             nxt = REBOOTED if state == REBOOT_REQUESTED else REPLACED
             return Step(case.to(nxt, now), [("booted", f"new boot {obs.boot_time} after "
                                                         f"{case.action}")])
-        if obs.free and not (obs.flags & REBOOT_FLAGS) and case.action == "reboot":
+        # Only a known boot of a responding node shows a person's resume: while a rebooted
+        # node registers, Slurm 22.05 can show it for a moment without drain, reason or
+        # BootTime, and NOT_RESPONDING (its registration may pass within that second).
+        if obs.free and not (obs.flags & REBOOT_FLAGS) and case.action == "reboot" \
+                and parse_slurm_time(obs.boot_time) is not None \
+                and "NOT_RESPONDING" not in obs.flags:
             return Step(case.to(RELEASED, now, note="resumed by someone else"),
                         [("released", "resumed before the reboot happened: hands off")])
         return _boot_timeout(case, now, limits) or Step(case)

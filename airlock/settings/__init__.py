@@ -9,6 +9,7 @@ used, so a process never pays for, or breaks on, a section it does not read.
             [prolog] [epilog] [metrics]
   checks    the checks' own: [burnin] [memtest] [allreduce] [system] [xid] [profile]
   ondemand  [ondemand] (airlock check --nodes/--partition/--feature)
+  serve     [serve] (airlock serve: the console and API)
   [recovery] lives in airlock/recovery/settings.py, a leaf of the same kind.
 """
 

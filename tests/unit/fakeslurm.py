@@ -163,6 +163,12 @@ class FakeSlurm:
         with self._locked() as state:
             state["nodes"][name] = new_node(name, **fields)
 
+    def add_many(self, nodes: dict[str, dict]) -> None:
+        """Many nodes in one write of the table ({name: fields}): bench/bench_serve.py's 10,000."""
+        with self._locked() as state:
+            for name, fields in nodes.items():
+                state["nodes"][name] = new_node(name, **fields)
+
     def set(self, name: str, **fields) -> None:
         """Change a node as the controller would see it (state, flags, reason, cpu_alloc...)."""
         with self._locked() as state:
@@ -221,6 +227,12 @@ class FakeSlurm:
 
     def clear_log(self) -> None:
         self.log_path.write_text("")
+
+
+def node_of(bin_dir: str, name: str) -> dict:
+    """A node of the fake whose bin directory a config names (for code that has the config)."""
+    with locked(str(Path(bin_dir).parent / "state.json")) as state:
+        return dict(state["nodes"][name])
 
 
 @contextmanager

@@ -181,6 +181,23 @@ def test_a_slurmd_restart_is_not_the_reboot():
     assert walk(req, obs(boot=B1), 30).case.state == m.REBOOTED
 
 
+def test_a_rebooted_node_registering_is_not_a_person_resuming_it():
+    """Seen on the 22.05 dev cluster (tests/cluster/test_serve.py): while a rebooted node
+    registers and its registration passes within the same second, one poll can read it IDLE,
+    NOT_RESPONDING, without reason, drain or BootTime. That record is Slurm's view in
+    transition, not a person's resume: the case waits for the boot, then follows the verdict."""
+    case = walk(None, obs(), 0).case
+    req = case.to(m.REBOOT_REQUESTED, 11, action="reboot", boot_before=B0)
+    transient = obs(reason="", drained=False, boot="", flags=["NOT_RESPONDING"])
+    assert walk(req, transient, 16).case is req
+    assert walk(req, obs(reason="", drained=False, boot=""), 16).case is req
+    booted = walk(req, obs(reason="", drained=False, boot=B1), 17).case
+    assert booted.state == m.REBOOTED
+    assert walk(booted, obs(reason="", drained=False, boot=B1), 18).case.state == m.HEALTHY
+    # a person who resumes the node before the reboot: still released (a known boot, responding)
+    assert walk(req, obs(reason="", drained=False, boot=B0), 16).case.state == m.RELEASED
+
+
 def test_stuck_pending_or_checking_is_reported_after_suite_timeout_plus_grace():
     now = 100_000.0
     after = 1800 + 300  # [registration] suite_timeout + [recovery] stuck_grace

@@ -40,6 +40,15 @@ def test_garbage_output_never_leads_to_an_update(tmp_path):
     assert "update" not in calls
 
 
+def test_unknown_node_among_known_ones_is_named(tmp_path):
+    """`scontrol show node a,b` with b unknown exits 1 and prints a's record and "Node b not
+    found" in the order of the (sorted) list: the unknown name is the error, wherever it is."""
+    line = "NodeName=node1 State=IDLE Partitions=main Reason=disk not found"
+    s = Slurm(bin_dir=fake_bin(tmp_path, f"printf '%s\\n' 'Node $(id) not found' '{line}'; exit 1"))
+    with pytest.raises(NodeNotFound, match=r"^scontrol: Node \$\(id\) not found$"):
+        s.nodes("node1,$(id)")
+
+
 def test_unknown_node_and_failures(tmp_path):
     s = Slurm(bin_dir=fake_bin(tmp_path, 'echo "Node nodeX not found" >&2; exit 1'))
     with pytest.raises(NodeNotFound):
