@@ -26,7 +26,8 @@ class OndemandSection(Section):
         doc="[low, high] TCP ports for the group's rendezvous")
     max_group_tests: int = setting(
         32,
-        'most group all-reduce runs one on-demand check may start (culprit search included)')
+        'most group all-reduce runs per group of one on-demand check (the culprit search '
+        'included)')
     poll_interval: float = setting(2.0, 'seconds between polls of the targets while they run')
     group_max: int = setting(
         32,
