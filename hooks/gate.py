@@ -41,14 +41,15 @@ CHEAP_RETRY = ("config", "state_dir", "log_dir")
 DIED = "suite died without a verdict"
 
 
-def start_suite(hook: Hook, trigger: str, attempt: int = 1) -> str:
+def start_suite(hook: Hook, trigger: str, attempt: int = 1, current=None) -> str:
     """Isolate the node, record the suite for this boot, start it detached; return what
-    happened. Fails closed (OwnError) when the state or log directory cannot be written."""
+    happened. Fails closed (OwnError) when the state or log directory cannot be written.
+    current: the node as this hook read it a moment ago (one read fewer for slurmctld)."""
     cfg, node = hook.cfg, hook.node
     level = cfg.registration.level
     now = hook.now or boot_mod.current(node)
     try:
-        res = drains.isolate(hook.slurm(), node, level, trigger)
+        res = drains.isolate(hook.slurm(), node, level, trigger, current=current)
         isolated = "drained" if res.changed else res.why
     except SlurmError as exc:
         # No controller: no job can be scheduled now; the prolog refuses any job until the
@@ -221,6 +222,7 @@ def first_sight(hook: Hook, allow_adopt: bool) -> str:
     The prolog never adopts: a job is waiting, and it is refused either way."""
     proof = hook.proof
     trigger = trigger_for(proof)
+    current = None
     if allow_adopt and trigger != "boot":
         try:
             current = hook.slurm().node(hook.node)
@@ -235,7 +237,7 @@ def first_sight(hook: Hook, allow_adopt: bool) -> str:
                     from None
             return f"adopted: first seen running jobs ({current.state_text})"
     why = "" if trigger != "record" else f" ({proof.why})"
-    return start_suite(hook, trigger) + why
+    return start_suite(hook, trigger, current=current) + why
 
 
 def slurm_saw_boot(boot_time: str, now: boot_mod.Boot | None, tolerance: float = 120.0) -> bool:
