@@ -28,8 +28,10 @@ def unclaimed(node: Node) -> bool:
     return not node.drained or not node.reason
 
 
-def isolate(slurm: Slurm, node: str, level: str, why: str) -> DrainResult:
-    return slurm.drain(node, reasons.pending(level, why))
+def isolate(slurm: Slurm, node: str, level: str, why: str,
+            current: Node | None = None) -> DrainResult:
+    """current: the node as the caller read it a moment ago (one read fewer for slurmctld)."""
+    return slurm.drain(node, reasons.pending(level, why), current=current)
 
 
 def keeps(claim: reasons.Reason | None) -> str:
@@ -48,7 +50,7 @@ def fail(slurm: Slurm, node: str, reason: reasons.Reason) -> DrainResult:
     kept = keeps(current.claim)
     if kept:
         return DrainResult(node, False, f"kept {kept} {current.reason!r}")
-    return slurm.drain(node, reason)
+    return slurm.drain(node, reason, current=current)
 
 
 def releasable(claim: reasons.Reason | None) -> bool:
@@ -59,8 +61,8 @@ def release(slurm: Slurm, node: str, level: str = "", trigger: str = "") -> Drai
     """Resume the node per the policy. With the registration's level and trigger, a drain with
     no reason is claimed first: it is the registration's own drain that Slurm lost, and left
     alone it would keep the node out for good. A node in service is left alone."""
-    if level:
-        current = slurm.node(node)
-        if current.drained and not current.reason:
-            isolate(slurm, node, level, trigger)
-    return slurm.resume(node, only_if=releasable)
+    current = slurm.node(node)
+    if level and current.drained and not current.reason:
+        isolate(slurm, node, level, trigger, current=current)
+        current = None  # the claim changed it: resume reads it again
+    return slurm.resume(node, only_if=releasable, current=current)

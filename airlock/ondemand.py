@@ -32,6 +32,7 @@ import os
 import random
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,6 +45,7 @@ from airlock.dist.rendezvous import SECRET_ENV, new_secret
 from airlock.errors import AirlockError, SlurmError
 from airlock.runner import run_level
 from airlock.slurm import Node, Slurm, collect
+from airlock.topology import cut, parse_topology
 
 EXIT_PASS, EXIT_FAIL, EXIT_PARTIAL = 0, 1, 3
 GROUP_CHECK = "group_allreduce"  # --only name of the multi-node test
@@ -180,9 +182,12 @@ class Launcher:
 
 
 class GroupTester:
-    """One multi-node all-reduce over a list of nodes: True when it passes, False when a member
-    reported a failure, None when there is no verdict (a member never reported: srun could not
-    launch it, or it timed out), so that the culprit search blames nobody for it."""
+    """Multi-node all-reduce tests, each over a list of nodes: True when it passes, False when a
+    member's own answer failed, None when there is no verdict: a member never reported (srun
+    could not launch it, it timed out), or every failing member only timed out waiting on the
+    others (the round timed out as a whole). The culprit search blames nobody for None.
+
+    round() runs a round's tests (disjoint nodes) side by side, one srun each."""
 
     # The members' own time limit (the group timeout, plus 30 s to collect their launcher)
     # ends before srun's, so that a hung collective comes back as the members' verdict.
@@ -197,35 +202,71 @@ class GroupTester:
         self.secret_file = secret_file  # "" = the secret travels in srun's environment
         self.runs: list[dict[str, Any]] = []
         self.count = 0
+        self._lock = threading.Lock()
+        self._ports: set[int] = set()
+
+    def _port(self) -> int:
+        """A port no test in flight uses (nodes may share a host address, as on a dev cluster)."""
+        low, high = self.cfg.ondemand.port_range
+        with self._lock:
+            free = [p for p in range(low, high + 1) if p not in self._ports]
+            port = random.choice(free) if free else random.randint(low, high)
+            self._ports.add(port)
+            self.count += 1
+            return port
+
+    def round(self, groups: list[list[str]]) -> list[bool | None]:
+        if len(groups) == 1:
+            return [self(groups[0])]
+        out: list[bool | None] = [None] * len(groups)
+
+        def one(i: int) -> None:
+            out[i] = self(groups[i])
+
+        threads = [threading.Thread(target=one, args=(i,), daemon=True)
+                   for i in range(len(groups))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return out
 
     def __call__(self, nodes: list[str]) -> bool | None:
-        self.count += 1
-        low, high = self.cfg.ondemand.port_range
-        port = random.randint(low, high)
+        port = self._port()
+        with self._lock:
+            name = f"airlock-group-{self.count}"
         master = self.addrs[nodes[0]]
         args = ["group-worker", "--master", master, "--port", str(port),
                 "--nodes", ",".join(nodes), "--level", self.level]
         if self.secret_file:
             args += ["--secret-file", self.secret_file]
-        rc, out, err = self.launcher.srun(nodes, args,
-                                          self.cfg.ondemand.group_timeout + self.SRUN_MARGIN_S,
-                                          f"airlock-group-{self.count}")
+        try:
+            rc, out, err = self.launcher.srun(
+                nodes, args, self.cfg.ondemand.group_timeout + self.SRUN_MARGIN_S, name)
+        finally:
+            with self._lock:
+                self._ports.discard(port)
         results = protocol.all_of(out, protocol.GROUP)
         silent = [n for n in nodes if n not in {r.get("node") for r in results}]
+        failed = [r for r in results if not r["ok"]]
+        definite = [r for r in failed if not r.get("inconclusive")]
         ok: bool | None
-        if silent:
+        if definite:
+            ok, detail = False, definite[0]["detail"]
+        elif silent:
             ok = None
             why = "timeout" if rc == 124 else f"srun: {_srun_error(err, out, silent[0], rc)}"
             detail = f"no verdict from {','.join(silent)} ({why})"
+        elif failed:
+            ok, detail = None, f"no verdict (timed out as a whole): {failed[0]['detail']}"
         else:
-            failed = [r for r in results if not r["ok"]]
-            ok = False if failed else (True if rc == 0 else None)
-            detail = failed[0]["detail"] if failed else (
-                "" if rc == 0 else f"srun exit {rc} after every member passed")
+            ok = True if rc == 0 else None
+            detail = "" if rc == 0 else f"srun exit {rc} after every member passed"
         figures = results[0].get("figures", {}) if results else {}
         own = {r.get("node"): r["detail"] for r in results if not r["ok"]}
-        self.runs.append({"nodes": nodes, "ok": ok, "detail": detail, "figures": figures,
-                          "own": own})
+        with self._lock:
+            self.runs.append({"nodes": nodes, "ok": ok, "detail": detail, "figures": figures,
+                              "own": own})
         return ok
 
 
@@ -395,43 +436,65 @@ def _group(cfg, launcher: Launcher, targets: dict[str, GroupTarget], passed: lis
 
 def _group_run(cfg, launcher: Launcher, targets: dict[str, GroupTarget], passed: list[str],
                level: str, echo, secret_file: str) -> None:
+    settings = cfg.ondemand
     tester = GroupTester(cfg, launcher, {n: targets[n].addr for n in passed}, level,
                          secret_file)
-    echo(f"airlock: group all-reduce over {collect(passed)}")
-    verdict = tester(passed)
-    first = tester.runs[-1]
+    domains: list[list[str]] = []
+    if settings.group_max and len(passed) > settings.group_max:
+        domains = parse_topology(launcher.slurm.topology())
+    groups = cut(passed, settings.group_max, domains)
+    if len(groups) > 1:
+        echo(f"airlock: {len(passed)} nodes in {len(groups)} groups of at most "
+             f"{settings.group_max}: {', '.join(collect(g) for g in groups)}")
+    slots = threading.Semaphore(settings.group_concurrency or len(groups))
+
+    def one(group: list[str]) -> None:
+        with slots:
+            _one_group(cfg, tester, targets, group, echo)
+
+    threads = [threading.Thread(target=one, args=(g,), daemon=True) for g in groups]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def _one_group(cfg, tester: GroupTester, targets: dict[str, GroupTarget], group: list[str],
+               echo) -> None:
+    echo(f"airlock: group all-reduce over {collect(group)}")
+    verdict = tester(group)
+    first = next(r for r in reversed(tester.runs) if r["nodes"] == group)
     if verdict:
-        for n in passed:
+        for n in group:
             targets[n].group = "pass"
             targets[n].figures.update({f"group.{k}": v for k, v in first["figures"].items()})
         return
     if verdict is None:
-        echo(f"airlock: group test gave no verdict ({first['detail']})")
-        for n in passed:
-            t = targets[n]
-            t.group, t.status = "inconclusive", "inconclusive"
-            t.why = f"group all-reduce: {first['detail']}"
-        return
-    echo(f"airlock: group test failed ({first['detail']}); looking for the culprit")
-    search = find_culprits(passed, tester, max_tests=cfg.ondemand.max_group_tests,
+        echo(f"airlock: group test over {collect(group)} gave no verdict ({first['detail']}); "
+             "retrying smaller")
+    else:
+        echo(f"airlock: group test over {collect(group)} failed ({first['detail']}); "
+             "looking for the culprit")
+    search = find_culprits(group, test_round=tester.round, whole=verdict,
+                           max_tests=cfg.ondemand.max_group_tests,
                            confirm=cfg.checks.confirm_runs)
+    mine = [r for r in tester.runs if set(r["nodes"]) <= set(group)]
     for n in search.good:
         targets[n].group = "pass"
     for n in search.bad:
         t = targets[n]
         t.group, t.status, t.failed_check = "fail", "fail", GROUP_CHECK
-        pair = next((r for r in reversed(tester.runs) if n in r["nodes"] and r["ok"] is False),
-                    first)
+        pair = next((r for r in reversed(mine) if n in r["nodes"] and r["ok"] is False), first)
         # The node's own member sees its own fault best ("rank 0 (node3) sent wrong data").
         why = pair["own"].get(n) or pair["detail"] or "failed"
-        t.detail = f"{why} (isolated in {len(tester.runs)} tests)"
-    silent = next((r for r in reversed(tester.runs) if r["ok"] is None), None)
+        t.detail = f"{why} (isolated in {len(mine)} tests, {search.rounds} rounds)"
     for n in search.inconclusive:
         t = targets[n]
         t.group, t.status = "inconclusive", "inconclusive"
-        t.why = (f"group all-reduce failed ({first['detail']}); "
-                 + (f"then {silent['detail']}" if silent
-                    else "no known-good node to pair with"))
+        last = next((r for r in reversed(mine) if r["ok"] is None and n in r["nodes"]), None)
+        t.why = f"group all-reduce: {first['detail'] or 'failed'}" + (
+            f"; then {last['detail']}" if last is not None and last is not first
+            else "; no known-good node to pair with" if verdict is False else "")
 
 
 def _apply(slurm: Slurm, targets: dict[str, GroupTarget], echo) -> None:

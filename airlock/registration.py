@@ -9,7 +9,10 @@ started detached by the hooks (hooks.gate) for a boot that has no proof yet.
 2. The registration level, with the node's drain put back before each check (a reboot with
    nextstate=resume, or a FUTURE node registering on 22.05, clears it).
 3. With [registration] group_window, a multi-node all-reduce with the nodes that registered in
-   the same window (airlock.batch).
+   the same window (airlock.batch), within the same suite_timeout as the checks: the hooks
+   count the suite's time from its first check, and the group rounds are part of it. A group
+   test that cannot conclude for this node is inconclusive (Verdict.ERROR): no proof, never a
+   failure of the node.
 4. The verdict: the run is stored, then the node is resumed (pass, only while Airlock's pending
    claim is in force) or drained with the failure. A Slurm update that fails is retried for
    [registration] slurm_retry seconds, then left in the record for the next hook run.
@@ -27,17 +30,23 @@ from typing import Any
 
 from airlock import config as config_mod
 from airlock import drains, finish, nodestate, paths, reasons
-from airlock.checks.base import failed, passed, warned
+from airlock.checks.base import failed, inconclusive, passed
 from airlock.checks.context import Context
 from airlock.errors import AirlockError, where
 from airlock.runner import run_level
 from airlock.slurm import Node, Slurm
 
+# While the suite waits for isolation it asks Slurm again after POLL_S, then twice as long
+# each time the answer is unchanged, up to POLL_MAX_S (a draining node's jobs may run for days;
+# the checks starting 30 s after the last one ends costs nothing). Each ask is one node read,
+# two RPCs for slurmctld (sdiag: the node table and the partition table).
 POLL_S = 2.0
+POLL_MAX_S = 30.0
 # How often the drain is re-verified between checks. An unreachable slurmctld costs a client
-# call about 10 s, and the drain is lost only by rare events (a FUTURE node registering, a
-# reboot with nextstate=resume), so once per this many seconds is enough.
-RECHECK_S = 15.0
+# call about 10 s, and the drain is lost only by rare events (a reboot with nextstate=resume, an
+# admin's resume; the prolog refuses jobs on this boot meanwhile), so once a minute is enough:
+# two RPCs per node per minute while a long level runs.
+RECHECK_S = 60.0
 # How long a finished suite keeps trying a Slurm update it could not make (keep_trying).
 LINGER_S = 24 * 3600.0
 
@@ -54,6 +63,9 @@ class Suite:
         self.state = nodestate.NodeState(cfg, node)
         self.verified = 0.0  # monotonic time the drain was last verified
         self.seen: Node | None = None  # the node's Slurm record when isolation was confirmed
+        # monotonic time by which the checks and the group rounds end: suite_timeout from the
+        # first check, the moment from which the hooks count the suite's time
+        self.deadline = 0.0
 
     def superseded(self) -> bool:
         """A newer boot of this node started its own suite: this one must not touch Slurm."""
@@ -66,9 +78,13 @@ class Suite:
         Airlock's drain back if it is missing)."""
         current = self.slurm.node(self.node)
         if drains.unclaimed(current):
-            drains.isolate(self.slurm, self.node, self.level, self.trigger)
-            return "drain just set"
-        if current.busy:
+            drains.isolate(self.slurm, self.node, self.level, self.trigger, current=current)
+            if not current.drained or current.busy:
+                return "drain just set"
+            # It was drained all along and idle, only its reason was gone (a FUTURE node
+            # registering on 22.05): no job could start meanwhile, so the claim put back is the
+            # isolation, without asking Slurm again.
+        elif current.busy:
             return f"jobs still running ({current.state_text})"
         self.seen = current
         return ""
@@ -79,6 +95,7 @@ class Suite:
         suite with an own error, which the hooks retry once Slurm answers."""
         waiting, last, unreachable_since = False, None, None
         limit = self.cfg.registration.suite_timeout
+        pause = POLL_S
         while True:
             if self.superseded():
                 raise Superseded()
@@ -93,6 +110,7 @@ class Suite:
                         from None
             if not why:
                 self.verified = time.monotonic()
+                self.deadline = self.verified + limit
                 self.state.phase(self.run_id, "checking")
                 if waiting:
                     log(f"{self.node}: isolated and idle; checks start")
@@ -102,8 +120,11 @@ class Suite:
                 waiting = True
             if why != last:
                 log(f"{self.node}: waiting before any check: {why}")
-                last = why
-            time.sleep(POLL_S)
+                pause = POLL_S  # something changed: look again soon
+            else:
+                pause = min(pause * 2, POLL_MAX_S)
+            last = why
+            time.sleep(pause)
 
     def keep_isolated(self, _spec, force: bool = False) -> None:
         if self.superseded():
@@ -112,8 +133,9 @@ class Suite:
             return
         self.verified = time.monotonic()
         try:
-            if drains.unclaimed(self.slurm.node(self.node)):
-                drains.isolate(self.slurm, self.node, self.level, self.trigger)
+            current = self.slurm.node(self.node)
+            if drains.unclaimed(current):
+                drains.isolate(self.slurm, self.node, self.level, self.trigger, current=current)
         except AirlockError as exc:
             log(f"could not verify isolation: {exc}")
 
@@ -132,7 +154,7 @@ class Suite:
 
     def check(self, only: list[str] | None = None) -> tuple[list[dict[str, Any]], Context]:
         """The level's checks on the isolated node (after wait_for_isolation)."""
-        deadline = time.monotonic() + self.cfg.registration.suite_timeout
+        deadline = self.deadline or time.monotonic() + self.cfg.registration.suite_timeout
         ctx = Context.create(self.cfg, self.node, self.level)
         # What the checks need from Slurm (the GRES) as read a moment ago, when Slurm answered:
         # a controller that goes away during the checks is Airlock's trouble, not the node's.
@@ -142,19 +164,22 @@ class Suite:
 
     def batch_group(self) -> dict[str, Any] | None:
         """Join this registration window's batch; the group all-reduce's record, or None if
-        alone. A batch that cannot say whether this node is good is a warning, never a drain."""
+        alone. A batch that cannot say whether this node is good is inconclusive (no proof,
+        never a failure of the node), and it ends by the suite's deadline."""
         from airlock.batch import Batch  # only with [registration] group_window
         from airlock.checks.groupcheck import run_member  # (the same)
+        from airlock.topology import parse_topology  # (the same)
 
         reg = self.cfg.registration
         started = time.monotonic()
-        try:
-            addr = self.slurm.node(self.node).address or "127.0.0.1"
-        except AirlockError:
-            addr = "127.0.0.1"
+        # The address Slurm gave when isolation was confirmed: no extra call to the controller.
+        addr = (self.seen.address if self.seen is not None else "") or "127.0.0.1"
         batch = Batch(paths.shared_root(self.cfg.shared_dir), self.node, addr,
                       reg.group_window, reg.group_timeout, tuple(self.cfg.ondemand.port_range),
-                      confirm=self.cfg.checks.confirm_runs)
+                      confirm=self.cfg.checks.confirm_runs, known=self.slurm.known,
+                      deadline=self.deadline or started + reg.suite_timeout,
+                      group_max=reg.group_max, concurrency=reg.group_concurrency,
+                      topology=lambda: parse_topology(self.slurm.topology()), report=log)
         batch.arrive(self.run_id)
         doc = batch.form()
         if doc is None:
@@ -162,10 +187,10 @@ class Suite:
                 "no batch test")
             return None
 
-        def member(nodes: list[str], master: str, port: int, secret_file: str
-                   ) -> dict[str, Any]:
+        def member(nodes: list[str], master: str, port: int, secret_file: str,
+                   timeout: float) -> dict[str, Any]:
             return run_member(self.cfg, self.node, nodes, master, port, self.level,
-                              timeout=reg.group_timeout, secret_file=secret_file)
+                              timeout=timeout, secret_file=secret_file)
 
         verdict = batch.run(doc, member)
         members = ",".join(doc["members"])
@@ -176,7 +201,8 @@ class Suite:
                              members=members)
         else:
             why = verdict.get("details", {}).get(self.node, "")
-            outcome = warned("group_allreduce", f"inconclusive in batch {members}: {why}".strip())
+            outcome = inconclusive("group_allreduce",
+                                   f"inconclusive in batch {members}: {why}".strip()[:200])
         record = outcome.to_dict()
         record["duration_s"] = round(time.monotonic() - started, 3)
         record["attempts"] = 1

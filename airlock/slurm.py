@@ -561,6 +561,27 @@ class Slurm:
         _check_name(name)
         return self.nodes([name])[0]
 
+    def known(self, names: Iterable[str]) -> set[str]:
+        """Which of names Slurm lists (FUTURE nodes included), in one call: for documents
+        written by other nodes, which may name nodes that do not exist."""
+        wanted = [n for n in dict.fromkeys(names) if _NAME.match(n or "")]
+        if not wanted:
+            return set()
+        rc, out, err = self._exec("scontrol", ["-o", "--future", "show", "node",
+                                               collect(wanted)])
+        found = {line[9:].split(" ", 1)[0] for line in out.split("\n")
+                 if line.startswith("NodeName=")}
+        if rc != 0 and not found and "not found" not in out + err:
+            detail = ((err or out).strip().splitlines() or [f"exit {rc}"])[-1]
+            raise SlurmError(f"scontrol show node: {detail}")
+        return found & set(wanted)
+
+    def topology(self) -> str:
+        """`scontrol show topology`: "" when no topology plugin is configured (or it fails:
+        the topology only orders groups, it never decides a verdict)."""
+        rc, out, _err = self._exec("scontrol", ["show", "topology"])
+        return out if rc == 0 else ""
+
     def hostnames(self, expr: str) -> list[str]:
         return expand(expr)
 
@@ -573,12 +594,15 @@ class Slurm:
         return nodes
 
     # --- the owned-reason protocol ----------------------------------------------------------
-    def drain(self, name: str, reason: reasons.Reason | str) -> DrainResult:
-        """Drain with an Airlock reason, unless someone else's drain is in force."""
+    def drain(self, name: str, reason: reasons.Reason | str,
+              current: Node | None = None) -> DrainResult:
+        """Drain with an Airlock reason, unless someone else's drain is in force. current: the
+        node as the caller read it a moment ago (saves slurmctld a second read: every read is
+        two RPCs, the node table and the partition table)."""
         text = reason.format() if isinstance(reason, reasons.Reason) else reasons.clean(reason)
         if not reasons.is_owned(text):
             raise ValueError(f"refusing to set a reason without the {reasons.PREFIX} prefix")
-        node = self.node(name)
+        node = current if current is not None and current.name == name else self.node(name)
         if node.foreign_drain:
             return DrainResult(name, False, f"kept foreign drain: {node.reason!r}")
         if node.drained and node.reason == text:
@@ -586,9 +610,10 @@ class Slurm:
         self.scontrol("update", f"nodename={name}", "state=drain", f"reason={text}")
         return DrainResult(name, True)
 
-    def resume(self, name: str, only_if=None) -> DrainResult:
-        """Resume a node only when Airlock's reason is in force (and only_if(reason) agrees)."""
-        node = self.node(name)
+    def resume(self, name: str, only_if=None, current: Node | None = None) -> DrainResult:
+        """Resume a node only when Airlock's reason is in force (and only_if(reason) agrees).
+        current: as for drain()."""
+        node = current if current is not None and current.name == name else self.node(name)
         if not node.drained:
             # Also on 24.11 without accounting, where a resumed node keeps its old reason text:
             # resuming it again would fail with "Invalid node state specified".

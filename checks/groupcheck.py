@@ -57,22 +57,61 @@ def group_floor(cfg, profile_floor: float) -> float:
     return cfg.ondemand.group_busbw_floor_gbps or profile_floor
 
 
+# Progress steps (airlock.dist.rank) at which a rank waits for nobody: after it joined the
+# group and before its first collective. A rank still there when the run timed out is stuck in
+# its own node; a rank at any other step was waiting for the others (the rendezvous, a
+# collective) or never reached the store, which says nothing about its node.
+LOCAL_STEPS = frozenset({1})
+
+
+def _own_stuck(sweep, own: range) -> list[int]:
+    """Our ranks the timeout caught where the fault can only be ours: at a local step, or
+    behind every other rank (the host's launcher sees everyone's progress)."""
+    mine = [r for r in own if r in sweep.progress]
+    local = [r for r in mine if sweep.progress[r][0] in LOCAL_STEPS]
+    if local:
+        return local
+    others = [r for r in sweep.progress if r not in own]
+    lag = sweep.laggards
+    if others and lag and set(lag) <= set(own):
+        return lag
+    return []
+
+
 def judge(report: dict[str, Any] | None, rc: int, stderr: str, floor_gbps: float,
           straggler_fraction: float, timeout: float) -> dict[str, Any]:
-    """This member's answer {ok, detail, figures} from its node's launcher report."""
+    """This member's answer {ok, detail, figures, inconclusive} from its node's launcher report.
+
+    inconclusive: the run says nothing about this node (its rendezvous failed, its launcher
+    never reported, or it timed out with this node's ranks waiting on the others: the round
+    timed out as a whole). A group round with no failure but such answers has no verdict: it is
+    retried smaller or later, never counted against its members."""
+
+    def answer(ok: bool, detail: str, figures: dict | None = None, inconclusive: bool = False):
+        return {"ok": ok, "detail": detail[:160], "figures": figures or {},
+                "inconclusive": inconclusive}
 
     if report is None:
         if rc in (-signal.SIGKILL, 124):
-            return {"ok": False, "detail": f"timeout after {timeout:g}s", "figures": {}}
+            return answer(False, f"timeout after {timeout:g}s (the launcher never reported)",
+                          inconclusive=True)
         tail = stderr.strip().splitlines()
-        return {"ok": False, "detail": f"launcher failed: {tail[-1] if tail else rc}"[:160],
-                "figures": {}}
+        return answer(False, f"launcher failed: {tail[-1] if tail else rc}")
     sweep = dist.combine([report])
     # The other nodes' ranks report to their own members; only ours can be missing here.
     offset, local = int(report.get("rank_offset", 0)), int(report.get("local_ranks", 0))
-    sweep.missing = [r for r in sweep.missing if offset <= r < offset + local]
+    own = range(offset, offset + local)
+    sweep.missing = [r for r in sweep.missing if r in own]
     outcome = verdict_allreduce(sweep, floor_gbps, straggler_fraction)
-    return {"ok": not outcome.failed, "detail": outcome.detail, "figures": outcome.figures}
+    if not outcome.failed:
+        return answer(True, outcome.detail, outcome.figures)
+    rendezvous_only = sweep.errors and all(str(m).startswith("rendezvous:")
+                                           for m in sweep.errors.values())
+    if rendezvous_only and not (sweep.sent_bad or sweep.wrong_sum or sweep.leftover):
+        return answer(False, outcome.detail, outcome.figures, inconclusive=True)
+    if sweep.timed_out and not sweep.leftover and not _own_stuck(sweep, own):
+        return answer(False, outcome.detail, outcome.figures, inconclusive=True)
+    return answer(False, outcome.detail, outcome.figures)
 
 
 def run_member(cfg, node: str, nodes: list[str], master: str, port: int,

@@ -41,14 +41,18 @@ CHEAP_RETRY = ("config", "state_dir", "log_dir")
 DIED = "suite died without a verdict"
 
 
-def start_suite(hook: Hook, trigger: str, attempt: int = 1) -> str:
-    """Record the suite for this boot, start it detached, then isolate the node; return what
-    happened. Fails closed (OwnError) when the state or log directory cannot be written.
+def start_suite(hook: Hook, trigger: str, attempt: int = 1, current=None) -> str:
+    """Record the suite for this boot, isolate the node, start the suite detached; return
+    what happened. Fails closed (OwnError) when the state or log directory cannot be written.
 
     Record first: Slurm kills the hook when its time is up (HealthCheckTimeout on 26.05, 4 s
     with a 5 s interval), and a hook killed while scontrol waited for an absent controller used
-    to leave neither a drain nor a record. The suite then runs and drains the node itself as
-    soon as Slurm answers; the drain here is spent within the hook's time."""
+    to leave neither a drain nor a record. The drain is spent within the hook's time, so the
+    suite is started after it, and has the Slurm to itself from then on: it drains the node
+    once Slurm answers if the hook could not. (Were the hook killed before the suite started,
+    the record names the hook's own process: the next hook or prolog finds it dead and starts
+    the next attempt.) current: the node as this hook read it a moment ago (one read fewer
+    for slurmctld)."""
     cfg, node = hook.cfg, hook.node
     level = cfg.registration.level
     now = hook.now or boot_mod.current(node)
@@ -56,11 +60,14 @@ def start_suite(hook: Hook, trigger: str, attempt: int = 1) -> str:
     state = nodestate.NodeState(cfg, node)
     try:
         state.start(run_id, now, os.getpid(), level, trigger, attempt)
+        failed = None
     except OSError as exc:
-        # This boot's drain first, as on the way in: it replaces whatever a previous boot left
-        # (an earlier failure included), so the own error that follows is what the node shows.
-        isolate_in_time(hook, level, trigger)
-        raise OwnError("state_dir", f"{state.path.parent}: {exc.strerror or exc}") from None
+        failed = OwnError("state_dir", f"{state.path.parent}: {exc.strerror or exc}")
+    # This boot's drain replaces whatever a previous boot left (an earlier failure included),
+    # so an own error that follows it is what the node shows.
+    isolated = isolate_in_time(hook, level, trigger, current)
+    if failed is not None:
+        raise failed
     try:
         pid = _spawn(cfg, node, run_id, trigger)
     except OSError as exc:
@@ -68,10 +75,8 @@ def start_suite(hook: Hook, trigger: str, attempt: int = 1) -> str:
         problem = OwnError("log_dir", f"{folder}: {exc.strerror or exc}")
         state.finish(run_id, "error", error=str(problem),
                      reason=reasons.failure(problem.subject, problem.detail).format())
-        isolate_in_time(hook, level, trigger)  # (as above)
         raise problem from None
     state.set_process(run_id, pid)
-    isolated = isolate_in_time(hook, level, trigger)
     again = f" (attempt {attempt})" if attempt > 1 else ""
     return f"{trigger}: {isolated}; registration suite {run_id} pid {pid}{again}"
 
@@ -79,18 +84,22 @@ def start_suite(hook: Hook, trigger: str, attempt: int = 1) -> str:
 RETRY_S = 0.5  # between drain attempts while slurmctld does not answer
 
 
-def isolate_in_time(hook: Hook, level: str, trigger: str) -> str:
+def isolate_in_time(hook: Hook, level: str, trigger: str, current=None) -> str:
     """Drain the node pending, trying again while slurmctld cannot be reached and the hook's
     time lasts: at slurmd start the node registers only once the hook ends, so a drain that
-    lands in that time is in force before the node can take a job."""
+    lands in that time is in force before the node can take a job. current: the node as the
+    hook read it a moment ago, for the first try (a retry reads it again)."""
     while True:
         try:
-            res = drains.isolate(hook.slurm(), hook.node, level, trigger)
+            res = drains.isolate(hook.slurm(), hook.node, level, trigger, current=current)
             return "drained" if res.changed else res.why
         except SlurmError as exc:
             failure = exc
-            if not _unreachable(exc) or hook.time_left() < RETRY_S + 1.0:
+            # (no limit known, a prolog with PrologEpilogTimeout unset: one try, never a loop)
+            if hook.deadline() is None or not _unreachable(exc) \
+                    or hook.time_left() < RETRY_S + 1.0:
                 break
+        current = None
         time.sleep(RETRY_S)
     # No job can be scheduled without a controller; the suite drains the node once Slurm
     # answers, and the prolog refuses any job until the suite passes.
@@ -253,6 +262,7 @@ def first_sight(hook: Hook, allow_adopt: bool) -> str:
     The prolog never adopts: a job is waiting, and it is refused either way."""
     proof = hook.proof
     trigger = trigger_for(proof)
+    current = None
     if allow_adopt and trigger != "boot":
         try:
             # half of the hook's time at most: the record and the drain must follow it
@@ -269,7 +279,7 @@ def first_sight(hook: Hook, allow_adopt: bool) -> str:
                     from None
             return f"adopted: first seen running jobs ({current.state_text})"
     why = "" if trigger != "record" else f" ({proof.why})"
-    return start_suite(hook, trigger) + why
+    return start_suite(hook, trigger, current=current) + why
 
 
 def slurm_saw_boot(boot_time: str, now: boot_mod.Boot | None, tolerance: float = 120.0) -> bool:

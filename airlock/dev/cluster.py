@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shlex
 import shutil
 import signal
@@ -65,7 +66,8 @@ VERSIONS = ("22.05", "24.11", "26.05")
 SUITES = {"24.11": "trixie", "26.05": "sid"}
 CHROOT_DIR = "/var/cache/airlock"
 CHROOT_MARK = "/etc/airlock-chroot"  # exists inside a chroot only
-CLIENTS = ("scontrol", "sbatch", "srun", "sinfo", "scancel", "squeue", "strigger", "salloc")
+CLIENTS = ("scontrol", "sbatch", "srun", "sinfo", "scancel", "squeue", "strigger", "salloc",
+           "sdiag")
 REBOOT_OFF_S = 3.0  # how long the RebootProgram's "machine" stays off
 # How long a new cloud instance takes to boot before its slurmd starts. slurmctld ignores a
 # powering-up node's registration while its (whole-second) boot time is older than the power-up;
@@ -76,10 +78,28 @@ _SYSTEM_DIRS = {"/", "/usr", "/usr/local", "/usr/lib", "/usr/bin", "/bin", "/lib
                 "/var", "/opt", "/root", "/home", "/tmp", "/run", "/proc", "/sys", "/dev"}
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_port(taken: set[int] | frozenset[int] = frozenset()) -> int:
+    """A TCP port free on loopback now, below the kernel's range for outgoing connections
+    (ip_local_port_range): a port the kernel picked for us (bind to 0) can be picked again for
+    someone's outgoing connection before our daemon binds it, which with a hundred slurmds
+    starting at once happened (`Unable to bind listen port`). taken: ports already given out."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as fh:
+            ephemeral = int(fh.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral = 32768
+    low, high = 10000, max(10001, ephemeral - 1)
+    for _ in range(1000):
+        port = random.randint(low, high)
+        if port in taken:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError(f"no free port in {low}-{high}")
 
 
 def chroot_path(version: str) -> Path:
@@ -194,10 +214,12 @@ class DevCluster:
         # Long by default: an idle cloud node must not power down on its own during a test.
         self.suspend_time = suspend_time
         self.suspend_timeout = suspend_timeout
-        self.ports = {n: free_port() for n in self.all_nodes}
-        self.ctld_port = free_port()
+        self.ports: dict[str, int] = {}
+        for n in self.all_nodes:
+            self.ports[n] = free_port(set(self.ports.values()))
+        self.ctld_port = free_port(set(self.ports.values()))
         # slurmctld queues accounting records for this port, where nothing ever listens
-        self.dbd_port = free_port() if accounting else 0
+        self.dbd_port = free_port({*self.ports.values(), self.ctld_port}) if accounting else 0
         self._setup(slurm_version, accounting, chroot)
 
     def _setup(self, version: str, accounting: bool, chroot: str | os.PathLike | None) -> None:
@@ -371,7 +393,7 @@ class DevCluster:
             "SlurmctldTimeout=30",
             "ResumeTimeout=60",
             "TreeWidth=65533",
-            "MaxNodeCount=64",
+            f"MaxNodeCount={max(64, len(self.all_nodes))}",
             f"HealthCheckProgram={r}/bin/healthcheck",
             # what `airlock render slurm-conf` renders for this version and interval
             *(f"{k}={v}" for k, v in render.healthcheck_settings(

@@ -45,9 +45,19 @@ from airlock.errors import AirlockError
 
 SECRET_ENV = "AIRLOCK_DIST_SECRET"
 HELLO = b"AIRLOCK-STORE-1\n"
+# Sent instead of HELLO when the relay has no handshake slot for this source right now: the
+# member tries again shortly (a refused secret is a close without a word, never BUSY).
+BUSY = b"AIRLOCK-BUSY-01\n"
 NONCE = 32
 HANDSHAKE_TIMEOUT = 10.0
-MAX_PENDING = 64  # handshakes in flight at once; more connections wait in the backlog
+# Handshakes in flight at once, in all and per source address. A slot is held only while a
+# connection proves the secret (milliseconds for a member; at most HANDSHAKE_TIMEOUT for a peer
+# that says nothing), never for the life of the connection it admits: a group of any size passes
+# through a few slots. A connection beyond either limit is answered BUSY and closed at once,
+# so idle sockets from one source can neither stall the accept loop nor take every slot.
+MAX_PENDING = 256
+MAX_PENDING_PER_SOURCE = 32
+BUSY_RETRY_S = (0.05, 1.0)  # a member's back-off after BUSY: first wait, longest wait
 
 
 class RendezvousError(AirlockError):
@@ -119,9 +129,17 @@ def server_handshake(sock: socket.socket, secret: bytes) -> bool:
     return True
 
 
+class Busy(ConnectionError):
+    """The host relay had no handshake slot for us: try again shortly."""
+
+
 def client_handshake(sock: socket.socket, secret: bytes) -> None:
-    """A member's side; RendezvousError when the host refuses us or cannot prove the secret."""
-    hello = _recv_exact(sock, len(HELLO) + NONCE)
+    """A member's side; RendezvousError when the host refuses us or cannot prove the secret,
+    Busy when it has no handshake slot for us right now."""
+    first = _recv_exact(sock, len(HELLO))
+    if first == BUSY:
+        raise Busy("the group's host relay is busy")
+    hello = first + _recv_exact(sock, NONCE)
     if not hello.startswith(HELLO):
         raise RendezvousError("the group's host does not speak Airlock's rendezvous")
     nonce = hello[len(HELLO):]
@@ -203,13 +221,16 @@ def _splice(a: socket.socket, b: socket.socket) -> None:
 
 
 class _Relay:
-    """Accepts on a bound socket; each connection is handled in a thread of its own."""
+    """Accepts on a bound socket; each connection is handled in a thread of its own. A handshake
+    slot (see MAX_PENDING) is held from the accept until handle() calls admitted()."""
 
     def __init__(self, listener: socket.socket):
         self.listener = listener
         self.port = listener.getsockname()[1]
-        self.refused = 0
-        self._pending = threading.BoundedSemaphore(MAX_PENDING)
+        self.refused = 0  # connections that did not prove the secret
+        self.busy = 0  # connections turned away for want of a handshake slot
+        self._lock = threading.Lock()
+        self._pending: dict[str, int] = {}  # source address -> handshakes in flight
         self._stop = False
         self._thread = threading.Thread(target=self._accept, daemon=True, name="relay-accept")
         self._thread.start()
@@ -217,25 +238,50 @@ class _Relay:
     def _accept(self) -> None:
         while not self._stop:
             try:
-                conn, _ = self.listener.accept()
+                conn, peer = self.listener.accept()
             except OSError:
                 return
-            self._pending.acquire()
-            threading.Thread(target=self._run, args=(conn,), daemon=True,
+            source = peer[0] if isinstance(peer, tuple) else str(peer)
+            with self._lock:
+                total = sum(self._pending.values())
+                mine = self._pending.get(source, 0)
+                full = total >= MAX_PENDING or mine >= MAX_PENDING_PER_SOURCE
+                if not full:
+                    self._pending[source] = mine + 1
+            if full:
+                self.busy += 1
+                _turn_away(conn)
+                continue
+            threading.Thread(target=self._run, args=(conn, source), daemon=True,
                              name="relay-conn").start()
 
-    def _run(self, conn: socket.socket) -> None:
+    def _run(self, conn: socket.socket, source: str) -> None:
+        slot = [source]
         try:
-            self.handle(conn)
+            self.handle(conn, lambda: self._release(slot))
         except Exception:  # one bad peer never stops the relay
             conn.close()
         finally:
-            try:
-                self._pending.release()
-            except ValueError:
-                pass
+            self._release(slot)
 
-    def handle(self, conn: socket.socket) -> None:
+    def _release(self, slot: list[str]) -> None:
+        """Give the connection's handshake slot back (once)."""
+        if not slot:
+            return
+        source = slot.pop()
+        with self._lock:
+            left = self._pending.get(source, 0) - 1
+            if left > 0:
+                self._pending[source] = left
+            else:
+                self._pending.pop(source, None)
+
+    def pending(self) -> int:
+        with self._lock:
+            return sum(self._pending.values())
+
+    def handle(self, conn: socket.socket, admitted) -> None:
+        """Serve one connection; call admitted() once its handshake is over."""
         raise NotImplementedError
 
     def close(self) -> None:
@@ -245,6 +291,15 @@ class _Relay:
         except OSError:
             pass
         self.listener.close()
+
+
+def _turn_away(conn: socket.socket) -> None:
+    try:
+        conn.setblocking(False)
+        conn.send(BUSY)
+    except OSError:
+        pass
+    conn.close()
 
 
 class HostRelay(_Relay):
@@ -265,12 +320,13 @@ class HostRelay(_Relay):
         self.secret = secret
         super().__init__(sock)
 
-    def handle(self, conn: socket.socket) -> None:
+    def handle(self, conn: socket.socket, admitted) -> None:
         conn.settimeout(HANDSHAKE_TIMEOUT)
         try:
             ok = server_handshake(conn, self.secret)
         except (OSError, ConnectionError):
             ok = False
+        admitted()
         if not ok:
             self.refused += 1
             conn.close()
@@ -292,14 +348,28 @@ class MemberRelay(_Relay):
         super().__init__(sock)
 
     def connect(self, timeout: float = HANDSHAKE_TIMEOUT) -> socket.socket:
-        sock = socket.create_connection((self.host, self.remote_port), timeout=timeout)
-        try:
-            client_handshake(sock, self.secret)
-        except BaseException:
-            sock.close()
-            raise
-        sock.settimeout(None)
-        return sock
+        """A connection to the host relay that proved the secret both ways; a BUSY host is
+        asked again, backing off, for up to timeout seconds."""
+        import time
+
+        end = time.monotonic() + timeout
+        wait = BUSY_RETRY_S[0]
+        while True:
+            sock = socket.create_connection((self.host, self.remote_port), timeout=timeout)
+            try:
+                client_handshake(sock, self.secret)
+            except Busy:
+                sock.close()
+                if time.monotonic() + wait >= end:
+                    raise
+                time.sleep(wait * (0.5 + secrets.randbelow(1000) / 1000))
+                wait = min(wait * 2, BUSY_RETRY_S[1])
+                continue
+            except BaseException:
+                sock.close()
+                raise
+            sock.settimeout(None)
+            return sock
 
     def probe(self, deadline_s: float) -> None:
         """Fail fast, with the reason, when the host refuses our secret; keep trying while it is
@@ -317,7 +387,8 @@ class MemberRelay(_Relay):
                                           "never answered") from None
                 time.sleep(0.2)
 
-    def handle(self, conn: socket.socket) -> None:
+    def handle(self, conn: socket.socket, admitted) -> None:
+        admitted()  # a local rank: nothing to prove here, the slot is not needed while we wait
         try:
             upstream = self.connect()
         except (OSError, RendezvousError):

@@ -38,6 +38,14 @@ class RegistrationSection(Section):
         'Nodes whose local suites pass within this many seconds of each other run a multi-node '
         'all-reduce together (coordinated through shared_dir). 0 = off.')
     group_timeout: float = setting(120.0, 'one batch all-reduce round, seconds')
+    group_max: int = setting(
+        32,
+        'most nodes in one batch group; a window with more is cut into groups of at most this '
+        'many, along the leaf switches or blocks when Slurm has a topology (0 = one group)')
+    group_concurrency: int = setting(
+        0,
+        "how many of a window's groups run their rounds at once (0 = all); each member runs one "
+        'all-reduce launcher per round')
 
     def validate(self) -> None:
         choice(self.level, LEVELS, "level")
@@ -47,6 +55,10 @@ class RegistrationSection(Section):
         in_range(self.slurm_retry, "slurm_retry", 0, 600)
         if self.group_window < 0:
             raise ValueError("group_window: must be >= 0 (0 = off)")
+        if self.group_max < 0 or self.group_max == 1:
+            raise ValueError("group_max: must be 0 (one group) or at least 2")
+        if self.group_concurrency < 0:
+            raise ValueError("group_concurrency: must be >= 0 (0 = all at once)")
 
 
 class HealthcheckSection(Section):

@@ -26,8 +26,15 @@ class OndemandSection(Section):
         doc="[low, high] TCP ports for the group's rendezvous")
     max_group_tests: int = setting(
         32,
-        'most group all-reduce runs one on-demand check may start (culprit search included)')
+        'most group all-reduce runs per group of one on-demand check (the culprit search '
+        'included)')
     poll_interval: float = setting(2.0, 'seconds between polls of the targets while they run')
+    group_max: int = setting(
+        32,
+        'most nodes in one group all-reduce; more targets are cut into groups of at most this '
+        'many, along the leaf switches or blocks when Slurm has a topology (0 = one group)')
+    group_concurrency: int = setting(
+        0, "how many groups run their all-reduce at once (0 = all)")
 
     def validate(self) -> None:
         for name in ("level_timeout", "group_timeout", "poll_interval"):
@@ -40,6 +47,10 @@ class OndemandSection(Section):
             raise ValueError("group_sizes_mb: needs at least one message size")
         if not all(math.isfinite(mb) and mb > 0 for mb in self.group_sizes_mb):
             raise ValueError("group_sizes_mb: every size must be a finite number of MB > 0")
+        if self.group_max < 0 or self.group_max == 1:
+            raise ValueError("group_max: must be 0 (one group) or at least 2")
+        if self.group_concurrency < 0:
+            raise ValueError("group_concurrency: must be >= 0 (0 = all at once)")
         if self.max_group_tests < 1:
             raise ValueError("max_group_tests: must be >= 1")
         if len(self.port_range) != 2 or not 1024 <= self.port_range[0] <= self.port_range[1] \

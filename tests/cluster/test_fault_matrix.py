@@ -322,8 +322,11 @@ def test_resume_that_fails_once_is_retried_by_the_next_hook(cluster_factory):
     assert rec["verdict"] in PASSED and rec["slurm_pending"] == "resume", rec
     c.start_controller()
     wait_proven(c, "node2", timeout=90)
-    assert "pending resume: resumed" in log(c, "node2")
-    assert state.load()["slurm_pending"] == ""
+    # Made by whichever comes first: the next hook run, or the finished suite, which keeps
+    # trying in the background (with HealthCheckInterval=0 no hook would run again).
+    c.wait(lambda: state.load()["slurm_pending"] == "", 30, "the record settled")
+    assert "pending resume: resumed" in log(c, "node2") or \
+        "the Slurm update left pending is made" in suite_log.read_text()
 
 
 @pytest.mark.slurm_variants(*DEFAULT_VARIANTS)

@@ -128,25 +128,33 @@ def test_second_concurrent_request_is_refused(four):
     assert third.returncode == 0, third.stdout + third.stderr
 
 
-def test_two_nodes_joining_together_are_tested_as_a_group(cluster_factory):
+def test_nodes_joining_together_are_tested_in_groups_of_at_most_group_max(cluster_factory):
+    """Four nodes register in one window with group_max = 2: the leader cuts them into two
+    groups of two, drives both side by side, and every node passes its own group's all-reduce
+    before it is resumed."""
     extra = {**FAST, "registration": {"level": "quick", "group_window": 12,
-                                      "group_timeout": 60}}
-    c = cluster_factory(nodes=["node1"], future=["node2", "node3"], airlock=extra)
+                                      "group_timeout": 60, "group_max": 2}}
+    joining = ["node2", "node3", "node4", "node5"]
+    c = cluster_factory(nodes=["node1"], future=joining, airlock=extra)
     cfg = config_mod.load(c.airlock_conf)
     c.wait(lambda: (NodeState(cfg, "node1").load() or {}).get("status") == "done", 90,
            "node1 registered")
-    c.start_node("node2", wait=False)
-    c.start_node("node3", wait=False)
-    for n in ("node2", "node3"):
-        c.wait(lambda n=n: (NodeState(cfg, n).load() or {}).get("status") == "done", 150,
+    for n in joining:
+        c.start_node(n, wait=False)
+    for n in joining:
+        c.wait(lambda n=n: (NodeState(cfg, n).load() or {}).get("status") == "done", 240,
                f"{n} registration")
-    wait_all_resumed(c, ["node2", "node3"])
-    for n in ("node2", "node3"):
+    wait_all_resumed(c, joining)
+    groups = set()
+    for n in joining:
         rec = NodeState(cfg, n).load()
         run = read_json(NodeState(cfg, n).path.parent / "results" / f"{rec['run_id']}.json")
         group = [r for r in run["checks"] if r["check"] == "group_allreduce"]
         assert group and group[0]["verdict"] == "pass", run
-        assert sorted(group[0]["detail"].removeprefix("batch ").split(",")) == ["node2", "node3"]
+        members = group[0]["detail"].removeprefix("batch ").split(",")
+        assert n in members and len(members) == 2, group[0]
+        groups.add(tuple(sorted(members)))
+    assert len(groups) == 2 and sorted(x for g in groups for x in g) == joining
 
 
 def test_srun_that_cannot_reach_a_node_drains_nothing(cluster_factory):

@@ -287,8 +287,11 @@ def test_slurmd_restart_is_not_a_reboot_and_stuck_nodes_are_reported(cluster_fac
            "db": str(tmp_path / "recovery.db"), "policy": str(policy), "poll_interval": 0.5,
            "detect_grace": 0.0, "cooldown": 1.0, "reboot_timeout": 120.0,
            "verdict_timeout": 60.0, "stuck_grace": 2.0}
-    cluster = cluster_factory(start=False, nodes=["node1", "node2"], airlock={
-        "registration": {"level": "quick"}, "recovery": rec})
+    # No periodic hook: a HealthCheckProgram on node1's proven boot would release the pending
+    # claim this test plants (the invariant that heals a node left pending), and the point here
+    # is the service's report of one that nothing on the node heals.
+    cluster = cluster_factory(start=False, nodes=["node1", "node2"], health_interval=3600,
+                              airlock={"registration": {"level": "quick"}, "recovery": rec})
     cluster.write_files()
     cluster.set_node_sim("node2", gpus=healthy_gpus(7))
     # The service reads its own copy of the config, with a short suite_timeout, so that a node

@@ -15,7 +15,7 @@ What it does, as 22.05's scontrol does it:
 * `scontrol [-o] [--future] show node [NAMES]` prints one line per node in the format recorded
   from a real 22.05 controller (tests/data/22.05/show-node-o.txt: the line of an idle node is
   the template, its fields replaced), `Reason=text [user@time]` last; FUTURE nodes only with
-  --future; an unknown name prints `Node X not found` and exits 1.
+  --future; an unknown name prints `Node X not found` in its place and the exit is 1.
 * `scontrol update nodename=N state=drain reason=R` adds DRAIN (an ALLOCATED node becomes
   ALLOCATED+DRAIN: draining), `state=resume` removes it and the reason (22.05 clears it;
   a node that is not drained is refused with `Invalid node state specified`), `state=down`
@@ -313,11 +313,16 @@ def answer(state: dict, tool: str, verb: str, options: list[str], words: list[st
 def show_node(state: dict, future: bool, expr: str) -> int:
     nodes = state["nodes"]
     if expr:
-        names = expand(expr)
-        missing = [n for n in names if n not in nodes]
-        if missing:
-            print(f"Node {missing[0]} not found")
-            return 1
+        # As a real controller answers (22.05 and 24.11, seen): every node it has, then a line
+        # for each name it does not, and exit 1 when there was one.
+        rc = 0
+        for name in expand(expr):
+            if name in nodes:
+                print(render(nodes[name], state["template"]))
+            else:
+                print(f"Node {name} not found")
+                rc = 1
+        return rc
     else:
         names = [n for n in nodes if future or nodes[n]["state"] != "FUTURE"]
     if not names:

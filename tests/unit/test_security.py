@@ -115,7 +115,10 @@ def test_a_hostile_run_id_never_becomes_a_path(tmp_path):
 
 # --- batches: documents from strangers -----------------------------------------------------------
 def batch(tmp_path, node: str, window: float = 0.2, **kw) -> tuple[Batch, list[str]]:
+    """A batch whose Slurm lists every node named (what Slurm knows is tests/unit/test_batch's
+    concern)."""
     seen: list[str] = []
+    kw.setdefault("known", set)
     return Batch(tmp_path / "shared", node, "127.0.0.1", window, 5.0,
                  report=seen.append, **kw), seen
 

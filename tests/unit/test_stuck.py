@@ -116,11 +116,8 @@ def test_a_hook_killed_between_two_attempts_leaves_a_suite_that_is_retried(node)
     assert state.finish("r1", "error", error="suite died without a verdict")
     out = node.run("healthcheck")
     rec = state.load()
-    # The hook records and starts the attempt before it drains, so a quick suite may have
-    # passed (and resumed the node) by now: what the hook did is the new attempt, at once.
-    assert rec["run_id"] != "r1" and rec["attempt"] == 2, (rec, out.stderr)
-    assert f"registration suite {rec['run_id']} pid" in node.log("healthcheck")
-    assert drained(node) or (rec["status"], rec["verdict"]) == ("done", "pass"), rec
+    assert rec["status"] == "running" and rec["attempt"] == 2, (rec, out.stderr)
+    assert drained(node)
 
 
 def test_a_resume_left_pending_is_made_without_any_later_hook(node):

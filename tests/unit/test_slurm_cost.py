@@ -1,0 +1,81 @@
+"""What a joining node asks of slurmctld, counted by the fake Slurm (issue 20: every RPC shows up
+in sdiag, and sites turn off tools that fill it). The real hook and the real registration
+suite run against tests/unit/fakeslurm.py; each `scontrol show node` there is two RPCs for a
+real controller (the node table and the partition table), each update one.
+
+bench/bench_scale.py measures the same on a real slurmctld, per message type."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from airlock import boot, config, registration
+from airlock.registration import Suite
+from tests.unit.fakenode import wait_for
+
+
+def join(node):
+    """slurmd starts: the HealthCheckProgram, then the suite it starts, to its verdict."""
+    out = node.run("healthcheck")
+    assert out.returncode == 0, out.stderr
+    return wait_for(lambda: (node.record() or {}).get("status") == "done"
+                    and not node.record().get("slurm_pending") and node.record(), 60,
+                    "the registration's verdict")
+
+
+def reads_and_updates(node) -> tuple[int, int]:
+    return len(node.slurm.calls("show")), len(node.slurm.calls("update"))
+
+
+def test_a_new_node_joins_with_three_reads_and_two_updates(fake_node):
+    """The hook reads the node once (adopt or isolate) and drains it with that read; the suite
+    reads it once to confirm isolation, and once more to resume it. main: five reads (the
+    drain and the resume each read the node again, right after their caller had)."""
+    node = fake_node(level="quick")
+    record = join(node)
+    assert record["verdict"] == "pass", record
+    assert reads_and_updates(node) == (3, 2), node.slurm.calls()
+    assert not node.slurm.node("n1")["flags"]  # resumed
+
+
+def test_a_drain_that_lost_its_reason_is_claimed_back_without_asking_again(fake_node):
+    """A FUTURE node registering on 22.05 keeps DRAIN and loses the reason the hook set: the
+    suite puts the claim back and starts, without a second read (the node was drained, so no
+    job could start meanwhile). main: a read, a drain that read the node again, then 2 s later
+    a third read."""
+    node = fake_node(level="quick", flags=["DRAIN"])
+    suite = Suite(config.load(node.conf), "n1", "20260101T000000-1-n1", "new")
+    assert suite.isolated_and_idle() == ""
+    assert reads_and_updates(node) == (1, 1), node.slurm.calls()
+    assert node.slurm.node("n1")["reason"] == "airlock: pending quick check new"
+    # Not drained at all (a reboot with nextstate=resume): drained, then looked at again,
+    # since a job may have started in between.
+    node.slurm.set("n1", flags=[], reason="")
+    node.slurm.clear_log()
+    assert suite.isolated_and_idle() == "drain just set"
+    assert reads_and_updates(node) == (1, 1), node.slurm.calls()
+
+
+def test_waiting_for_jobs_asks_less_and_less_often(fake_node, monkeypatch):
+    """While the node's jobs run the suite asks again after 2 s, then twice as long each time
+    the answer is the same, up to 30 s: about two reads a minute for as long as jobs run.
+    main asked every 2 s: 30 reads (60 RPCs) a minute per waiting node."""
+    node = fake_node(level="quick", state="ALLOCATED", flags=["DRAIN"], cpu_alloc=1,
+                     reason="airlock: pending quick check new")
+    suite = Suite(config.load(node.conf), "n1", "20260101T000000-1-n1", "new")
+    suite.state.start(suite.run_id, boot.current("n1"), os.getpid(), "quick", "new")
+    pauses: list[float] = []
+    real_sleep = time.sleep
+
+    def sleep(seconds: float) -> None:
+        if seconds < 1:  # the subprocess module's own short waits
+            return real_sleep(seconds)
+        pauses.append(seconds)
+        if len(pauses) == 8:  # the last job ends
+            node.slurm.set("n1", state="IDLE", cpu_alloc=0)
+
+    monkeypatch.setattr(registration.time, "sleep", sleep)
+    suite.wait_for_isolation()
+    assert pauses == [2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0, 30.0]
+    assert len(node.slurm.calls("show")) == len(pauses) + 1
