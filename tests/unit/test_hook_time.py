@@ -5,8 +5,8 @@ unset), and registers the node only once the program ended. A boot-time hook kil
 scontrol waited for an absent controller left neither a drain nor a record (measured on 26.05
 with HealthCheckTimeout=4; tests/cluster/test_fault_matrix.py runs that scenario on the real
 daemons of every release). So: the hook reads its time from slurm.conf (airlock.slurmconf),
-records the boot's suite and starts it first, cuts each Slurm call to the time left, retries a
-drain only while slurmctld does not answer and time lasts, and leaves the rest to the suite."""
+records the boot's suite first, cuts each Slurm call to the time left, retries a drain only
+while slurmctld does not answer and time lasts, starts the suite, and leaves the rest to it."""
 
 from __future__ import annotations
 
