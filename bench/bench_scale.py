@@ -19,7 +19,7 @@ reports for each:
 No Slurm call of the bench's own falls inside the measured window: progress is read from the
 jobs' marker files and Airlock's node records.
 
-    python bench/bench_scale.py [--nodes 50 100 200] [--slurm 22.05 24.11] [--level quick]
+    python bench/bench_scale.py [--nodes 50 100 200] [--slurm 22.05 24.11 26.05] [--level quick]
                                 [--only airlock|baseline] [--json FILE]
     python bench/bench_scale.py --nodes 70 --only airlock --window 30 [--window-max 16]
                                 [--window-concurrency 1]   # one registration window: batches
@@ -62,7 +62,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from airlock.dev.cluster import DevCluster
+from airlock.dev.cluster import VERSIONS, DevCluster
 from airlock.nodestate import NodeState
 
 SDIAG_LINE = re.compile(r"^\s+(\S+)\s+\(\s*\d+\)\s+count:(\d+)\s+ave_time:(\d+)\s+"
@@ -519,7 +519,7 @@ def rpc_table(runs: list[dict[str, Any]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="bench_scale")
     ap.add_argument("--nodes", type=int, nargs="+", default=[50, 100, 200])
-    ap.add_argument("--slurm", nargs="+", default=["22.05"], choices=("22.05", "24.11"))
+    ap.add_argument("--slurm", nargs="+", default=["22.05"], choices=VERSIONS)
     ap.add_argument("--level", default="quick", choices=("quick", "standard"))
     ap.add_argument("--only", choices=("airlock", "baseline"))
     ap.add_argument("--timeout", type=float, default=900)
