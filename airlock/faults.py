@@ -18,6 +18,10 @@ Switches (name = value: effect):
                                 collective
   allreduce_corrupt = RANK      all-reduce: RANK contributes a wrong value (one element + 1)
   allreduce_hang = RANK         all-reduce: RANK never joins the collective
+  pcie_slow = DEVICE[:FACTOR]   pcie_bw: DEVICE's host<->device copies run at FACTOR (default
+                                0.3) of their speed (it loses the time inside the timed copies)
+  p2p_slow = A-B[:FACTOR]       p2p: copies from local device A to local device B run at FACTOR
+                                (default 0.3) of their speed
   DEVICE is the index of a local device (cuda:N, or the CPU "device" cpuN); RANK is a local
   rank on the node whose switch it is (in a multi-node run, global rank = offset + RANK).
   flaky_check = CHECK           the named check fails on its first attempt only
@@ -35,6 +39,11 @@ So is CUDA: a node entry's "cuda" says what torch could use of the simulated GPU
 fails `cuda`); {"stand_in": true} = every simulated GPU, run on CPU stand-ins (the dev
 cluster's default); "hide": [INDEX, ...] = those GPUs invisible to CUDA; "error": "TEXT" =
 CUDA's error text (e.g. "CUDA error 802: system not yet initialized").
+Nor are these, each injected through the real interface its check reads:
+  a flapping RDMA port          the port's files under [system] sys_root: `state` and
+                                `counters/link_downed`, bumped between runs (checks/flaps.py)
+  a DCGM failure or hang        [dcgm] dcgmi pointing at tests/data/dcgm/fake-dcgmi, which
+                                replays a recorded `dcgmi diag -j` output or hangs (FAKE_DCGMI)
 """
 
 from __future__ import annotations

@@ -24,17 +24,29 @@ from airlock.results import ResultStore, new_run_id
 
 def summarize(node: str, level: str, trigger: str, records: list[dict[str, Any]],
               started: float, profile: str = "", run_id: str | None = None) -> dict[str, Any]:
-    """The run document (schema in airlock.results) from a level's check records."""
-    outcomes = [Outcome(r["check"], Verdict(r["verdict"]), r.get("detail", "")) for r in records]
+    """The run document (schema in airlock.results) from a level's check records.
+
+    Records marked "observe" (checks in observe mode, airlock.runner.observed) keep their own
+    verdict but do not make the run's: they are listed under "observed" instead, so an observed
+    failure is seen everywhere and drains nothing."""
+    observed = [r for r in records if r.get("observe")]
+    gating = [r for r in records if not r.get("observe")]
+    outcomes = [Outcome(r["check"], Verdict(r["verdict"]), r.get("detail", "")) for r in gating]
     verdict = worst(outcomes) if outcomes else Verdict.PASS
-    first_fail = next((r for r in records if r["verdict"] == "fail"), None)
+    first_fail = next((r for r in gating if r["verdict"] == "fail"), None)
     # Checks that did not see the node (Verdict.ERROR): named in the run, so a run that proved
     # less than its level says which part it did not prove.
-    unseen = [r for r in records if r["verdict"] == "error"]
+    unseen = [r for r in gating if r["verdict"] == "error"]
     detail = first_fail["detail"] if first_fail else ""
     if unseen and not first_fail:
         detail = "not seen: " + "; ".join(f"{r['check']} ({r.get('detail', '')})"
                                           for r in unseen)
+    flagged = [r for r in observed if r["verdict"] in ("fail", "error", "warn")]
+    if flagged and verdict in (Verdict.PASS, Verdict.SKIP, Verdict.WARN):
+        # seen, never gating: at most a warning, which never drains
+        verdict = Verdict.WARN
+        detail = detail or "observe: " + "; ".join(
+            f"{r['check']} {r['verdict']} ({r.get('detail', '')})" for r in flagged)
     now = time.time()
     return {
         "node": node,
@@ -48,6 +60,8 @@ def summarize(node: str, level: str, trigger: str, records: list[dict[str, Any]]
         "failed_check": first_fail["check"] if first_fail else None,
         "detail": detail,
         "unseen": [r["check"] for r in unseen],
+        "observed": [{"check": r["check"], "verdict": r["verdict"], "detail": r.get("detail", "")}
+                     for r in observed],
         "profile": profile,
         "checks": records,
     }

@@ -70,6 +70,9 @@ def node_registry(node: str, runs: dict[str, dict[str, Any]]):
                            ["node", "level", "check"], registry=reg)
     check_attempts = Gauge("airlock_check_attempts", "Runs of the check (confirmation re-runs)",
                            ["node", "level", "check"], registry=reg)
+    observe = Gauge("airlock_check_observed", "1 when the check ran in observe mode (its verdict "
+                    "is recorded, it never drains), else 0", ["node", "level", "check"],
+                    registry=reg)
     figure = Gauge("airlock_check_figure", "Numeric figures a check measured (bandwidth, "
                    "TFLOPS, counts), as the check reports them",
                    ["node", "level", "check", "figure"], registry=reg)
@@ -91,6 +94,7 @@ def node_registry(node: str, runs: dict[str, dict[str, Any]]):
                 check_duration.labels(node, level, check).set(rec["duration_s"])
             if _number(rec.get("attempts")) is not None:
                 check_attempts.labels(node, level, check).set(rec["attempts"])
+            observe.labels(node, level, check).set(1 if rec.get("observe") is True else 0)
             for key, value in sorted((rec.get("figures") or {}).items()):
                 num = _number(value)
                 if num is not None:

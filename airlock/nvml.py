@@ -76,6 +76,10 @@ class Gpu(NamedTuple):
     persistence_mode: bool = True
     xids: tuple[XidEvent, ...] = ()
     compute_pids: tuple[int, ...] = ()  # processes holding a CUDA context on this GPU
+    # What the fleet-drift check compares and the recovery service's memory keys on
+    serial: str = ""
+    vbios_version: str = ""
+    inforom_version: str = ""  # the InfoROM image version ("GPU firmware" in nvidia-smi -q)
 
 
 class Snapshot(NamedTuple):
@@ -85,6 +89,7 @@ class Snapshot(NamedTuple):
     gathered_at: float = 0.0  # epoch seconds; gather() stamps it
     duration_s: float = 0.0
     note: str = ""  # with source "none": why NVML is absent (no library, driver not loaded)
+    cuda_version: str = ""  # the CUDA version the driver supports, e.g. "12.4"
 
     @property
     def count(self) -> int:
@@ -143,6 +148,9 @@ def healthy_gpu_dict(index: int, model: str = "NVIDIA H100 80GB HBM3", memory_mi
         "throttle_reasons": ["gpu_idle"],
         "temperature_c": 34,
         "persistence_mode": True,
+        "serial": f"165{index:010d}",
+        "vbios_version": "96.00.74.00.01",
+        "inforom_version": "G520.0200.00.05",
     }
 
 
@@ -193,7 +201,8 @@ class SimulatedBackend:
             time.sleep(hang)  # stands in for a driver call stuck in the kernel
         gpus = tuple(gpu_from_dict(g, i) for i, g in enumerate(entry.get("gpus", [])))
         drivers = {g.driver_version for g in gpus if g.driver_version}
-        return Snapshot("simulated", gpus, driver_version=min(drivers) if drivers else "")
+        return Snapshot("simulated", gpus, driver_version=min(drivers) if drivers else "",
+                        cuda_version=str(entry.get("cuda_version", "")))
 
 
 class PynvmlBackend:
@@ -221,6 +230,7 @@ class PynvmlBackend:
             driver = _str(pynvml.nvmlSystemGetDriverVersion())
             gpus = [self._gpu(pynvml, i, driver) for i in range(pynvml.nvmlDeviceGetCount())]
             gpus = _with_xid_events(pynvml, gpus)
+            cuda = _cuda_version(pynvml)
         except pynvml.NVMLError as exc:
             raise NvmlError(f"nvml error: {exc}") from None
         finally:
@@ -228,7 +238,7 @@ class PynvmlBackend:
                 pynvml.nvmlShutdown()
             except pynvml.NVMLError:
                 pass
-        return Snapshot("nvml", tuple(gpus), driver_version=driver)
+        return Snapshot("nvml", tuple(gpus), driver_version=driver, cuda_version=cuda)
 
     def _gpu(self, nv, i: int, driver: str) -> Gpu:
         try:
@@ -292,7 +302,24 @@ class PynvmlBackend:
              post=lambda v: v == nv.NVML_FEATURE_ENABLED)
         read("compute_pids", nv.nvmlDeviceGetComputeRunningProcesses, h,
              post=lambda procs: tuple(int(p.pid) for p in procs))
+        read("serial", nv.nvmlDeviceGetSerial, h, post=_str)
+        read("vbios_version", nv.nvmlDeviceGetVbiosVersion, h, post=_str)
+        read("inforom_version", nv.nvmlDeviceGetInforomImageVersion, h, post=_str)
         return Gpu(**values)
+
+
+def _cuda_version(nv) -> str:
+    """The CUDA version the driver supports (12040 -> "12.4"); "" when NVML cannot say."""
+    for name in ("nvmlSystemGetCudaDriverVersion_v2", "nvmlSystemGetCudaDriverVersion"):
+        fn = getattr(nv, name, None)
+        if fn is None:
+            continue
+        try:
+            v = int(fn())
+        except Exception:
+            continue
+        return f"{v // 1000}.{v % 1000 // 10}"
+    return ""
 
 
 def _absent_codes(nv) -> set[int | None]:

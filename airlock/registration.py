@@ -123,7 +123,7 @@ class Suite:
         self.wait_for_isolation()
         records, ctx = self.check()
         if self.cfg.registration.group_window > 0 and self.cfg.shared_dir and \
-                not any(r["verdict"] == "fail" for r in records):
+                not any(r["verdict"] == "fail" and not r.get("observe") for r in records):
             group = self.batch_group()
             if group is not None:
                 records.append(group)

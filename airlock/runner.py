@@ -22,7 +22,7 @@ from airlock import protocol
 from airlock.checks import registry
 from airlock.checks.base import Outcome, Verdict, failed, inconclusive, warned
 from airlock.checks.context import Context
-from airlock.errors import AirlockError
+from airlock.errors import AirlockError, ConfigError
 
 Progress = Callable[[str, str, dict[str, Any]], None]
 
@@ -219,6 +219,31 @@ def _took(deadline: float | None) -> str:
     return f"{over:.1f}s past the deadline" if over > 0 else "under 0.05s left"
 
 
+def observed(cfg, ctx: Context) -> set[str]:
+    """The checks in observe mode for this node: [checks] observe, plus the profile's `observe`
+    list, minus [checks] enforce. Policy as data, applied here and only here: the records of
+    these checks carry "observe": true, and airlock.finish leaves them out of the run's
+    verdict (so they never drain, never keep a boot closed), while keeping their own verdict
+    for status, metrics and history."""
+    names = set(cfg.checks.observe)
+    profile = None
+    # At the quick level only a profile the checks already chose is asked (almost every run's
+    # NVML checks choose it): choosing one now could cost the hook a Slurm call past its budget.
+    if ctx.profile_name or ctx.level != "quick":
+        try:
+            profile = ctx.profile
+        except Exception:  # no profile (NVML down, Slurm away): the config's list still holds
+            profile = None
+    if profile is not None:
+        from_profile = set(profile.get("observe", []))
+        unknown = sorted(from_profile - registry.names())
+        if unknown:
+            raise ConfigError(f"profile {profile.origin or profile.name}: observe: unknown "
+                              f"check {unknown[0]!r}")
+        names |= from_profile
+    return names - set(cfg.checks.enforce)
+
+
 def run_level(cfg, node: str, level: str, only: list[str] | None = None,
               deadline: float | None = None, progress: Progress | None = None,
               ctx: Context | None = None,
@@ -226,6 +251,11 @@ def run_level(cfg, node: str, level: str, only: list[str] | None = None,
               ) -> tuple[list[dict[str, Any]], Context]:
     """Run the checks of a level; return (check records, context)."""
     ctx = ctx or Context.create(cfg, node, level)
+    for key in ("observe", "enforce"):
+        unknown = sorted(set(getattr(cfg.checks, key)) - registry.names())
+        if unknown:
+            raise ConfigError(f"config {cfg.path}: [checks] {key}: unknown check "
+                              f"{unknown[0]!r} (known: {', '.join(sorted(registry.names()))})")
     records = []
     confirm = cfg.checks.confirm_runs
     for spec in registry.for_level(level, only):
@@ -241,6 +271,11 @@ def run_level(cfg, node: str, level: str, only: list[str] | None = None,
         records.append(record)
         if progress:
             progress(spec.name, "done", record)
+    if records:
+        watch = observed(cfg, ctx)
+        for record in records:
+            if record["check"] in watch:
+                record["observe"] = True
     return records, ctx
 
 

@@ -142,6 +142,21 @@ def recovery_states(cfg) -> dict[str, str]:
         store.close()
 
 
+def recovery_memory(cfg) -> dict[str, dict[str, int]]:
+    """{node: {check: reboots that did not clear it}} for the nodes whose open recovery case the
+    escalation memory counted (policy [escalation]); {} without a recovery database."""
+    store = _recovery_store(cfg)
+    if store is None:
+        return {}
+    try:
+        return {node: {case.check: case.not_cleared} for node, case in store.cases().items()
+                if case.state not in CLOSED and case.not_cleared}
+    except Exception:  # gracefully empty, like a missing database
+        return {}
+    finally:
+        store.close()
+
+
 def recovery_metrics(cfg) -> dict[str, Any]:
     """{"actions": {(action, status): count}, "breaker_open": bool, "in_flight": int,
     "refailed": [(node, check, action)]}, or {} without a recovery database."""
@@ -210,7 +225,8 @@ def stuck(node: Node, limit_s: float, now: float | None = None) -> str:
 
 def node_status(node: Node, res: NodeResults, recovery: str = "", stuck_why: str = "",
                 errors: dict[str, dict[str, Any]] | None = None,
-                record: dict[str, Any] | None = None) -> dict[str, Any]:
+                record: dict[str, Any] | None = None,
+                not_cleared: dict[str, int] | None = None) -> dict[str, Any]:
     run = res.run or {}
     parsed = reasons.parse(node.reason_in_force)
     state = classify(node)
@@ -241,6 +257,8 @@ def node_status(node: Node, res: NodeResults, recovery: str = "", stuck_why: str
         "recovery": recovery,
         "stuck": stuck_why,
         "errors": {hook: str(e.get("message", "")) for hook, e in (errors or {}).items()},
+        "observed": observed_of(run),
+        "not_cleared": dict(not_cleared or {}),
         "history": [_run_summary(r) for r in res.history],
         "condition": cond,
         "message": message,
@@ -248,6 +266,18 @@ def node_status(node: Node, res: NodeResults, recovery: str = "", stuck_why: str
         "features": list(node.features),
         "profile": run.get("profile") or None,
     }
+
+
+def observed_of(run: dict[str, Any]) -> dict[str, str]:
+    """{check: "verdict: detail"} for the last run's checks in observe mode (they never drain;
+    this is where they are seen). The document may come from the shared directory: only
+    well-formed entries count."""
+    out = {}
+    for item in run.get("observed") or ():
+        if isinstance(item, dict) and all(isinstance(item.get(k), str)
+                                          for k in ("check", "verdict", "detail")):
+            out[item["check"]] = f"{item['verdict']}: {item['detail']}"[:200]
+    return out
 
 
 def collect(cfg, names: str | None = None, history: int = 0,
@@ -260,9 +290,11 @@ def collect(cfg, names: str | None = None, history: int = 0,
     results = read_many(cfg, names_, history, **({"timeout": timeout} if timeout else {}))
     records = boot_records(cfg, names_, timeout)
     recovery = recovery_states(cfg)
+    memory = recovery_memory(cfg)
     limit = cfg.registration.suite_timeout + _stuck_grace(cfg)
     rows = [node_status(n, results[n.name], recovery.get(n.name, ""), stuck(n, limit),
-                        _errors(cfg, n.name), records.get(n.name)) for n in nodes]
+                        _errors(cfg, n.name), records.get(n.name), memory.get(n.name))
+            for n in nodes]
     return document(rows)
 
 
@@ -389,6 +421,15 @@ def render(data: dict[str, Any]) -> str:
               for hook, msg in sorted(r["errors"].items())]
     if errors:
         out.append("Airlock's own errors (the node kept running jobs):\n" + "\n".join(errors))
+    memory = [f"  {r['node']} {check}: {count} reboots did not clear it"
+              for r in data["nodes"] for check, count in sorted(r["not_cleared"].items())]
+    if memory:
+        out.append("Escalation memory (reboots that did not clear the failing check):\n"
+                   + "\n".join(memory))
+    seen = [f"  {r['node']} {check}: {text}" for r in data["nodes"]
+            for check, text in sorted(r["observed"].items())]
+    if seen:
+        out.append("Checks in observe mode (recorded, never drain):\n" + "\n".join(seen))
     for r in data["nodes"]:
         if r["history"]:
             hist = [(_when(h["finished_at"]), h["level"], h["trigger"], h["verdict"].upper(),

@@ -13,6 +13,15 @@ rewritten after every step, so whatever ran is on record:
   gemm_corrupt_by_dtype  the same corruption in each dtype on device 0 alone, with the golden
                    checksum's error beside its tolerance: what one device catches without a
                    peer to compare bits with (a multi-GPU node also compares fingerprints)
+  deep             `airlock check --only pcie_bw --only p2p --only dcgm`: PCIe H2D/D2H GB/s with
+                   the link NVML reports (against the profile's floors), the P2P matrix (one
+                   GPU: no pair, said so), and DCGM level 1 when dcgmi is installed (else the
+                   check's own skip reason); --cpu: stand-ins, labelled, never a GPU figure
+  deep_faults      pcie_slow=0 (the copies lose 80 % of their speed: below the floor on a GPU),
+                   and the dcgm check run on NVIDIA's recorded failing `dcgmi diag -j` output
+                   (tests/data/dcgm) through a stand-in dcgmi: the failing GPU and test named
+  dcgm_hang        the same stand-in dcgmi hanging: killed at its timeout, inconclusive (exit 2,
+                   verdict "error"), never a hardware verdict
   nccl             one rank on device 0: NCCL initialised, a verified all-reduce per size, and
                    the same with allreduce_corrupt=0, which must be caught (--cpu: gloo)
   burnin_vs_matmul per dtype, the verified burn-in's TFLOPS beside a bare torch.matmul loop on
@@ -169,6 +178,17 @@ class Proof:
         # fp32: the dtype whose checksum catches the switch's error on one device at any size
         # (gemm_corrupt_by_dtype shows the others)
         fault_burnin = {"dtypes": ["fp32"], "duration": 3.0}
+        fake = os.path.join(self.work, "dcgmi-recorded")
+        with open(fake, "w") as fh:  # the test stand-in, run by this Python wherever it lives
+            fh.write(f"#!/bin/sh\nexec {sys.executable} "
+                     f"{os.path.join(REPO, 'tests', 'data', 'dcgm', 'fake-dcgmi')} \"$@\"\n")
+        os.chmod(fake, 0o755)
+        # DCGM level 1 (about a minute) keeps the real step inside the proof's budget
+        self.deep_config = self.write_config("deep.toml", {"dcgm": {"standard_level": 1}})
+        self.deep_fault_config = self.write_config("deep-faults.toml", {
+            "dcgm": {"standard_level": 1, "dcgmi": fake, "timeouts": [5.0, 900.0, 2700.0,
+                                                                       7200.0]},
+            "checks": {"confirm_runs": 0}})
         self.fault_config = self.write_config("faults.toml", {
             "burnin": fault_burnin, "memtest": {"share": 0.1, "cpu_mib": 1},
             # a fault must be caught on the first reading; a confirmation would only double it
@@ -271,6 +291,20 @@ class Proof:
                   180, env={"AIRLOCK_CONFIG": self.fault_config,
                             "AIRLOCK_FAULTS": "gemm_corrupt=0,memtest_corrupt=0"},
                   parse=parse_run)
+        self.step("deep", self.airlock("check", "--level", "standard", "--node", NODE,
+                                       "--only", "pcie_bw", "--only", "p2p", "--only", "dcgm",
+                                       "--json"), 240,
+                  env={"AIRLOCK_CONFIG": self.deep_config}, parse=parse_run)
+        recorded = os.path.join(REPO, "tests", "data", "dcgm", "dcgm-3.x-per-gpu-fail.json")
+        self.step("deep_faults", self.airlock("check", "--level", "standard", "--node", NODE,
+                                              "--only", "pcie_bw", "--only", "dcgm", "--json"),
+                  120, env={"AIRLOCK_CONFIG": self.deep_fault_config,
+                            "AIRLOCK_FAULTS": "pcie_slow=0:0.2",
+                            "FAKE_DCGMI": f"replay:{recorded}:226"}, parse=parse_run)
+        self.step("dcgm_hang", self.airlock("check", "--level", "standard", "--node", NODE,
+                                            "--only", "dcgm", "--json"), 60,
+                  env={"AIRLOCK_CONFIG": self.deep_fault_config, "FAKE_DCGMI": "hang"},
+                  parse=parse_run)
         self.step("gemm_corrupt_by_dtype", self.me(
             "corrupt", "--dtypes", "bf16,fp16,fp32" if self.cpu else "bf16,fp16,tf32,fp32",
             "--size", "128" if self.cpu else "8192", "--duration", "1"), 120)
@@ -328,6 +362,23 @@ class Proof:
         by_dtype = s.get("gemm_corrupt_by_dtype", {})
         summary["gemm_corrupt_caught_by_dtype"] = {
             dt: v["caught"] for dt, v in by_dtype.items() if isinstance(v, dict)}
+        deep = (s.get("deep", {}).get("checks") or {})
+        for name in ("pcie_bw", "p2p", "dcgm"):
+            rec = deep.get(name, {})
+            summary[name] = f"{rec.get('verdict', 'not run')}: {rec.get('detail', '')}"
+        pcie = (deep.get("pcie_bw", {}).get("figures") or {})
+        summary["pcie_gbps"] = pcie.get("gbps")
+        summary["pcie_devices_kind"] = pcie.get("devices_kind")
+        dfaults = (s.get("deep_faults", {}).get("checks") or {})
+        slow = dfaults.get("pcie_bw", {})
+        # a stand-in's copy is never a PCIe verdict: only a GPU can show this fault as a FAIL
+        summary["pcie_slow_caught"] = None if self.cpu else slow.get("verdict") == "fail"
+        dfail = dfaults.get("dcgm", {})
+        summary["dcgm_recorded_fail_caught"] = dfail.get("verdict") == "fail" and \
+            dfail.get("detail", "").startswith("gpu0 sm_stress: Max stress level")
+        hang = ((s.get("dcgm_hang", {}).get("checks") or {}).get("dcgm") or {})
+        summary["dcgm_hang_inconclusive"] = hang.get("verdict") == "error" and \
+            s.get("dcgm_hang", {}).get("verdict") == "error"
         nccl = s.get("nccl", {})
         clean, bad = nccl.get("clean", {}), nccl.get("allreduce_corrupt", {})
         summary["allreduce_verified"] = bool(clean.get("verify")) and not clean.get("errors") \
@@ -356,7 +407,8 @@ class Proof:
                 summary[f"{h}_wall_ratio"] = round(hooks[h]["wall_ratio"], 2)
                 summary[f"{h}_rss_mib"] = round(hooks[h]["rss_mib"], 1)
         faults_ok = summary["gemm_corrupt_caught"] and summary["memtest_corrupt_caught"] and \
-            summary["allreduce_corrupt_caught"]
+            summary["allreduce_corrupt_caught"] and summary["dcgm_recorded_fail_caught"] and \
+            summary["dcgm_hang_inconclusive"] and summary["pcie_slow_caught"] is not False
         summary["ok"] = bool(faults_ok and summary["check_standard"] in ("pass", "warn")
                              and summary["allreduce_verified"] and ratios
                              and (self.cpu or (summary["ratio_goal_met"]
@@ -477,6 +529,20 @@ def markdown(r: dict[str, Any]) -> str:
                          f"{dt} {v['golden_error']:.2e} / {v['tolerance']:.0e} "
                          f"{'caught' if v['caught'] else '**missed**'}"
                          for dt, v in by_dtype.items() if isinstance(v, dict)) + " |")
+    deep = s.get("deep", {}).get("checks") or {}
+    for name in ("pcie_bw", "p2p", "dcgm"):
+        rec = deep.get(name)
+        if rec:
+            lines.append(f"| {name} | {rec.get('verdict')}: {rec.get('detail', '')} |")
+    dfaults = s.get("deep_faults", {}).get("checks") or {}
+    for name, label in (("pcie_bw", "pcie_slow=0:0.2"),
+                        ("dcgm", "dcgm on NVIDIA's recorded failing output")):
+        rec = dfaults.get(name)
+        if rec:
+            lines.append(f"| {label} | {rec.get('verdict')}: {rec.get('detail', '')} |")
+    hang = (s.get("dcgm_hang", {}).get("checks") or {}).get("dcgm")
+    if hang:
+        lines.append(f"| dcgm hanging | {hang.get('verdict')}: {hang.get('detail', '')} |")
     nccl = s.get("nccl", {})
     clean = nccl.get("clean", {})
     if clean:
@@ -501,7 +567,9 @@ def markdown(r: dict[str, Any]) -> str:
         f"**Summary:** ok = {summ.get('ok')}; faults caught: gemm "
         f"{summ.get('gemm_corrupt_caught')} (at {summ.get('gemm_corrupt_at')}), memtest "
         f"{summ.get('memtest_corrupt_caught')}, all-reduce {summ.get('allreduce_corrupt_caught')}"
-        f"; {summ.get('elapsed_s', '?')} s.",
+        f", pcie_slow {summ.get('pcie_slow_caught')}, DCGM failure "
+        f"{summ.get('dcgm_recorded_fail_caught')}, DCGM hang inconclusive "
+        f"{summ.get('dcgm_hang_inconclusive')}; {summ.get('elapsed_s', '?')} s.",
         "",
         "World size 1 proves that the collective library loads and initialises a communicator on "
         "this GPU with this driver, that its kernels run and return exactly the right data, and "

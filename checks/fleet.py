@@ -15,6 +15,7 @@ import math
 import os
 import re
 import statistics
+from collections.abc import Callable
 from typing import Any
 
 from airlock.errors import AirlockError
@@ -59,7 +60,8 @@ def fleet_members(cfg, ignored: list[str] | None = None) -> set[str] | None:
 
 def read_fleet(shared_dir: str, node: str, profile: str, per_node: int = 5,
                ignored: list[str] | None = None,
-               members: set[str] | None = None) -> dict[str, dict[str, float]]:
+               members: set[str] | None = None,
+               extract: Callable[[dict[str, Any], str], Any] | None = None) -> dict[str, Any]:
     """{other node: {dtype: its median device TFLOPS}} from the latest passing burn-in with the
     same profile in each other node's `results/` folder (the layout of airlock/results.py:
     `<shared_dir>/<node>`, or shared_dir with {node} replaced).
@@ -68,7 +70,10 @@ def read_fleet(shared_dir: str, node: str, profile: str, per_node: int = 5,
     validate as a run of that very node count, one node per folder (airlock.paths.SafeDir,
     airlock.results.run_problem), and only for nodes in `members` (fleet_members: what
     Slurm lists; None only for callers that checked membership themselves); what was left out,
-    and why, is appended to `ignored`."""
+    and why, is appended to `ignored`. `extract(run, profile)` takes what a caller wants from
+    a validated run (None: not in this run, try the node's previous one); the burn-in's
+    figures by default (the fleet-drift check reads its own facts the same way)."""
+    extract = extract or _burnin_figures_of
 
     ignored = ignored if ignored is not None else []
     if not shared_dir:
@@ -106,7 +111,7 @@ def read_fleet(shared_dir: str, node: str, profile: str, per_node: int = 5,
                     if why:
                         ignored.append(f"{folder.path / name}: {why}")
                         continue
-                    figs = _burnin_figures_of(run, profile)
+                    figs = extract(run, profile)
                     if figs:
                         out[other] = figs
                         break

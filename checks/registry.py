@@ -41,9 +41,12 @@ CHECKS: tuple[CheckSpec, ...] = (
     CheckSpec("persistence", ALL, "airlock.checks.nvml_checks:check_persistence", timeout=10),
     # System: a hung NFS mount blocks statvfs/open, so each has a timeout of its own.
     CheckSpec("rdma", ALL, "airlock.checks.system:check_rdma", timeout=5),
+    CheckSpec("link_flap", ALL, "airlock.checks.flaps:check_link_flap", timeout=5),
     CheckSpec("disk", ALL, "airlock.checks.system:check_disk", timeout=10),
     CheckSpec("mounts", ALL, "airlock.checks.system:check_mounts", timeout=10),
     CheckSpec("memory", ALL, "airlock.checks.system:check_memory", timeout=5),
+    # One Slurm call (the fleet's members) and reads of the shared directory, which can hang.
+    CheckSpec("drift", HEAVY, "airlock.checks.drift:check_drift", timeout=60),
     # CUDA must see exactly the GPUs NVML lists before any heavy check claims to have run on
     # them (checks/devices.py); it imports torch and initialises CUDA, which can hang.
     CheckSpec("cuda", HEAVY, "airlock.checks.devices:check_cuda", isolated=True, timeout=90),
@@ -51,6 +54,15 @@ CHECKS: tuple[CheckSpec, ...] = (
               timeout_key="burnin.timeout"),
     CheckSpec("memtest", HEAVY, "airlock.checks.memtest:check_memtest", isolated=True,
               timeout_key="memtest.timeout"),
+    CheckSpec("pcie_bw", HEAVY, "airlock.checks.pcie_bw:check_pcie_bw", isolated=True,
+              timeout_key="pcie_bw.timeout"),
+    CheckSpec("p2p", HEAVY, "airlock.checks.p2p:check_p2p", isolated=True,
+              timeout_key="p2p.timeout"),
+    # DCGM runs its own processes under its own time limit (a hang is inconclusive, never a
+    # verdict); the registry's timeout is only the backstop above it.
+    CheckSpec("dcgm", ALL, "airlock.checks.dcgm:check_dcgm", timeout_key="dcgm.check_timeout"),
+    CheckSpec("loopback", HEAVY, "airlock.checks.loopback:check_loopback",
+              timeout_key="loopback.check_timeout"),
     CheckSpec("allreduce", HEAVY, "airlock.checks.allreduce:check_allreduce", isolated=True,
               timeout_key="allreduce.check_timeout"),
 )
@@ -66,6 +78,10 @@ def for_level(level: str, only: list[str] | None = None) -> list[CheckSpec]:
             raise ConfigError(f"unknown check {unknown[0]!r} (known: {', '.join(sorted(known))})")
         specs = [c for c in CHECKS if c.name in only]
     return specs
+
+
+def names() -> set[str]:
+    return {c.name for c in CHECKS}
 
 
 def by_name(name: str) -> CheckSpec:

@@ -87,12 +87,24 @@ def _xid_key(x: dict[str, Any]) -> tuple:
     return (int(x["xid"]), int(x.get("gpu", -1)), round(float(x.get("time", 0)), 3))
 
 
+def snapshot_since(before: dict[str, Any], now_wall: float, now_uptime: float) -> float:
+    """The prolog snapshot's moment on the wall clock as it reads now: XIDs are dated by the
+    wall clock when read, and a clock stepped during the job (NTP, an operator) would otherwise
+    put them before the snapshot. The boot clock between the two hooks is the true interval."""
+    up = before.get("uptime")
+    if isinstance(up, (int, float)) and not isinstance(up, bool) and 0 <= up <= now_uptime:
+        return now_wall - (now_uptime - float(up))
+    return float(before.get("gathered_at", 0))  # a snapshot of an older version
+
+
 def verdict_xids(before: dict[str, Any] | None, gpus: list[dict[str, Any]],
-                 fatal: Iterable[int]) -> Outcome:
+                 fatal: Iterable[int], since: float | None = None) -> Outcome:
+    """since: the snapshot's moment in the wall-clock frame of `gpus` (snapshot_since)."""
     if before is None:
         return skipped("xid_during_job", "no prolog snapshot for this job")
     seen = {_xid_key(x) for g in before["gpus"] for x in g.get("xids", ())}
-    since = float(before.get("gathered_at", 0))
+    if since is None:
+        since = float(before.get("gathered_at", 0))
     new = sorted({_xid_key(x) for g in gpus for x in g.get("xids", ())
                   if _xid_key(x) not in seen and float(x.get("time", 0)) >= since},
                  key=lambda k: k[2])
@@ -201,7 +213,8 @@ def run_epilog(hook: Hook, job_gpus_env: str | None) -> tuple[int, str]:
             time.sleep(0.5)
             gpus = _gpus(cfg, node)
             released = verdict_released(gpus, mine, _alive, limit, belongs)
-        outcomes = [released, verdict_xids(before, gpus, fatal_xids(cfg)),
+        since = snapshot_since(before, time.time(), boot_mod.uptime()) if before else None
+        outcomes = [released, verdict_xids(before, gpus, fatal_xids(cfg), since),
                     verdict_ecc(before, gpus)]
     except AirlockError as exc:  # nvml timeout or error: the GPUs cannot be vouched for
         outcomes = [failed("gpu_released", str(exc))]

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from airlock import boot as boot_mod
 from airlock import finish
 from airlock.hooks.common import Hook, guard
 from airlock.paths import atomic_write, node_dir
@@ -52,7 +53,10 @@ def gpu_snapshot(snap) -> dict[str, Any]:
 def save_job_snapshot(cfg, node: str, job: str, snap) -> None:
 
     folder = jobs_dir(cfg, node)
+    # The boot clock beside the wall clock: the epilog places the snapshot's moment in its own
+    # wall-clock frame (a clock stepped during the job must not hide what happened in it).
     atomic_write(folder / f"{job}.json", {"job_id": job, "started_at": time.time(),
+                                          "uptime": round(boot_mod.uptime(), 3),
                                           **gpu_snapshot(snap)})
     _prune(folder)
 

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Airlock on a real GPU in one command: the NVML snapshot as Airlock sees it, `airlock check
 # --level standard` on real NVML, the burn-in's TFLOPS beside raw torch.matmul, the injected
-# GEMM and memory faults caught, NCCL with a verified all-reduce, and the periodic hook's and
-# the prolog's wall time, into $OUT/gpu-proof.json and $OUT/gpu-proof.md (bench/gpu_proof.py
-# says what each step does and proves).
+# GEMM and memory faults caught, PCIe bandwidth with the NVML link, the P2P matrix and DCGM
+# (level 1 when installed; its recorded failure and a hang through a stand-in dcgmi), NCCL with
+# a verified all-reduce, and the periodic hook's and the prolog's wall time, into
+# $OUT/gpu-proof.json and $OUT/gpu-proof.md (bench/gpu_proof.py says what each step does and
+# proves).
 #
-#   scripts/gpu-proof.sh            on the GPU machine: about 5 minutes on one H200, 8 at most
+#   scripts/gpu-proof.sh            on the GPU machine: about 6 minutes on one H200, 9 at most
 #   scripts/gpu-proof.sh --cpu      the same steps on the CPU (gloo, simulated NVML): CI runs it
 #
 # Airlock runs from this source tree (nothing is installed). It needs Python 3.11+, torch (with
@@ -13,7 +15,7 @@
 # cannot be installed, bring its pure-Python wheel along in .whl/ (ignored by git):
 #   mkdir -p .whl && pip download --no-deps -d .whl python-hostlist
 # and carry .whl to the GPU machine. Environment: OUT (default ./gpu-proof-out), PYTHON (default
-# python3), BUDGET (seconds for all steps, default 440).
+# python3), BUDGET (seconds for all steps, default 520).
 set -euo pipefail
 OUT=$(realpath -m "${OUT:-./gpu-proof-out}")  # relative to where it was started
 cd "$(dirname "$0")/.."
@@ -22,13 +24,13 @@ mode=()
 for arg in "$@"; do
   case "$arg" in
     --cpu) mode=(--cpu) ;;
-    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu-proof: unknown argument $arg (try --help)" >&2; exit 2 ;;
   esac
 done
 
 PY=${PYTHON:-python3}
-BUDGET=${BUDGET:-440}
+BUDGET=${BUDGET:-520}
 mkdir -p "$OUT"
 
 if ! "$PY" -c 'import sys; assert sys.version_info >= (3, 11)' 2>/dev/null; then

@@ -46,7 +46,8 @@ THROTTLE_NAMES = ("gpu_idle", "app_clocks", "sw_power_cap", "hw_slowdown", "sync
                   "sw_thermal", "hw_thermal", "hw_power_brake", "display_clocks")
 NOT_PROFILES = {"xid_policy.toml"}  # data files that live beside the profiles
 
-# key: (kind, default, meaning). Kinds: str, int, number, strings, throttle, tflops, action.
+# key: (kind, default, meaning). Kinds: str, int, number, fraction, strings, throttle, tflops,
+# action.
 SCHEMA: dict[str, tuple[str, Any, str]] = {
     "name": ("str", None, "profile name (required; what config and results refer to)"),
     "description": ("str", "", "one line for people"),
@@ -70,6 +71,16 @@ SCHEMA: dict[str, tuple[str, Any, str]] = {
     "ecc_sram_max": ("int", 0, "volatile uncorrectable SRAM ECC errors tolerated"),
     "persistence_mode": ("action", "warn", "what persistence mode off means"),
     "xid_policy": ("str", "default", "a table of xid_policy.toml (or [xid] policy_file)"),
+    "h2d_floor_gbps": ("number", 0.0, "pcie_bw: host-to-device copy floor per GPU, pinned "
+                                       "memory, GB/s; 0 = not judged"),
+    "d2h_floor_gbps": ("number", 0.0, "pcie_bw: device-to-host copy floor per GPU, GB/s"),
+    "p2p_floor_gbps": ("number", 0.0, "p2p: copy floor between every GPU pair, each direction, "
+                                       "GB/s; 0 = not judged"),
+    "loopback_min_fraction": ("fraction", 0.0, "loopback: floor as a share of each RDMA port's "
+                                               "own rate (sysfs rate)"),
+    "loopback_floor_gbps": ("number", 0.0, "loopback: absolute floor per port, Gb/s"),
+    "observe": ("strings", [], "checks this SKU ships in observe mode (never drain), e.g. a floor "
+                               "without a public figure; [checks] enforce overrides"),
 }
 
 
@@ -123,6 +134,10 @@ def _check_value(kind: str, key: str, value: Any) -> Any:
                 raise ValueError(f"{key}: unknown dtype {dtype!r} (known: {', '.join(DTYPES)})")
             out[dtype] = _check_value("number", f"{key}.{dtype}", floor)
         return out
+    if kind == "fraction":
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+            raise bad("a number between 0 and 1")
+        return float(value)
     if kind == "action":
         if value not in ACTIONS:
             raise bad(f"one of {', '.join(ACTIONS)}")

@@ -146,6 +146,10 @@ class Case:
     action: str = ""  # the action of the current rung, once requested
     action_id: int = 0  # the store's id of that action
     note: str = ""  # why the case is where it is (for people)
+    # earlier reboots, within the policy's window, that did not clear this check on this node
+    # or its hardware (the escalation memory; airlock status shows it)
+    not_cleared: int = 0
+    hardware: tuple[str, ...] = ()  # the node's hardware identity when the case opened
 
     def to(self, state: str, now: float, **changes) -> Case:
         return replace(self, state=state, since=now, **changes)
@@ -163,10 +167,70 @@ class Step:
     new: bool = False  # a new failure was detected (counts towards the breaker)
 
 
+class Reboot(NamedTuple):
+    """A reboot the service did for a failing check (its new boot seen): the memory's unit."""
+
+    node: str
+    check: str
+    at: float
+    keys: frozenset[str] = frozenset()  # the hardware's identity then: "instance:..", "gpu:.."
+
+
+class Memory(NamedTuple):
+    """What the service remembers across cases (rebuilt from the store each poll): the reboots
+    within the policy's window, when each node was last replaced, and each node's hardware
+    identity as its latest document gives it."""
+
+    reboots: tuple[Reboot, ...] = ()
+    replaced: dict[str, float] = {}
+    identity: dict[str, frozenset[str]] = {}
+
+    def not_cleared(self, node: str, check: str, now: float, window: float) -> int:
+        """Reboots within the window that did not clear `check`: every earlier reboot for it
+        (the check has failed again since, or this question would not be asked) on this node
+        since its last replacement, or on any of its current hardware wherever it ran."""
+        keys = self.identity.get(node, frozenset())
+        since = self.replaced.get(node, float("-inf"))
+        return sum(1 for r in self.reboots
+                   if r.check == check and now - window <= r.at <= now
+                   and ((r.node == node and r.at > since) or (keys and r.keys & keys)))
+
+
 def open_case(obs: Obs, now: float, policy) -> Case:
     r = obs.parsed
     cls = policy.classify(r.subject, r.detail)
     return Case(obs.name, DETECTED, cls.name, cls.ladder, 0, r.subject, r.detail, now, now)
+
+
+def _remembered(new: Case, now: float, policy, memory: Memory | None) -> Step:
+    """A new case, its ladder moved past the reboot when the memory says reboots did not
+    clear this check before (policy [escalation])."""
+    opened = ("detected", f"{new.check} {new.detail} (class {new.failure_class}, ladder "
+                          f"{list(new.ladder)})")
+    if memory is None:
+        return Step(new, [opened], new=True)
+    new = replace(new, hardware=tuple(sorted(memory.identity.get(new.node, ()))))
+    count = memory.not_cleared(new.node, new.check, now, policy.escalation.window)
+    if not count:
+        return Step(new, [opened], new=True)
+    new = replace(new, not_cleared=count)
+    cls = policy.by_name(new.failure_class)
+    limit = policy.reboot_limit(cls) if cls is not None else policy.escalation.reboots
+    if not limit or count < limit or new.next_action != "reboot":
+        return Step(new, [opened], new=True)
+    step = new.step
+    while step < len(new.ladder) and new.ladder[step] == "reboot":
+        step += 1
+    why = (f"{count} reboots within {policy.escalation.window:g}s did not clear {new.check} "
+           f"on this node or its hardware (limit {limit})")
+    new = replace(new, step=step)
+    if new.next_action is None:
+        return Step(new.to(MANUAL, now, note=f"{why}; no action after the reboot"),
+                    [opened, ("manual", f"{why}; ladder {list(new.ladder)} has nothing after "
+                                        "the reboot, left drained for a person")], new=True)
+    return Step(replace(new, note=why),
+                [opened, ("memory", f"{why}: skipping the reboot; next: {new.next_action}")],
+                new=True)
 
 
 def _escalate(case: Case, now: float, why: str) -> Step:
@@ -189,13 +253,13 @@ def _boot_timeout(case: Case, now: float, limits) -> Step | None:
 
 
 def plan(case: Case | None, obs: Obs | None, now: float, policy, limits,
-         owns_reason: Callable[[str], bool] = lambda _r: False) -> Step:
-    """Move one node's case one step. `limits` is the [recovery] section (timeouts, windows)."""
+         owns_reason: Callable[[str], bool] = lambda _r: False,
+         memory: Memory | None = None) -> Step:
+    """Move one node's case one step. `limits` is the [recovery] section (timeouts, windows);
+    `memory` the reboots remembered across cases (Memory)."""
     if case is None or case.state in CLOSED:
         if obs is not None and obs.failing:
-            new = open_case(obs, now, policy)
-            return Step(new, [("detected", f"{new.check} {new.detail} (class {new.failure_class},"
-                                           f" ladder {list(new.ladder)})")], new=True)
+            return _remembered(open_case(obs, now, policy), now, policy, memory)
         return Step(case)
     if obs is None:  # not in Slurm's list (a replacement may re-appear under the same name)
         # ...but one that never does must still time out to a person, not wait forever.
@@ -372,14 +436,15 @@ class Decision:
 
 
 def decide(cases: dict[str, Case], observations: list[Obs], now: float, policy, limits,
-           ledger: Ledger, owns_reason: Callable[[str], bool] = lambda _r: False) -> Decision:
+           ledger: Ledger, owns_reason: Callable[[str], bool] = lambda _r: False,
+           memory: Memory | None = None) -> Decision:
     cases = dict(cases)
     seen = {o.name: o for o in observations}
     events, wants, new = [], [], []
     changed: set[str] = set()
     for name in sorted(set(seen) | set(cases)):
         before = cases.get(name)
-        step = plan(before, seen.get(name), now, policy, limits, owns_reason)
+        step = plan(before, seen.get(name), now, policy, limits, owns_reason, memory)
         if step.case is not None and step.case != before:
             cases[name] = step.case
             changed.add(name)

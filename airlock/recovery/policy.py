@@ -18,11 +18,21 @@ ACTIONS = ("reboot", "replace")
 
 
 @dataclass(frozen=True)
+class Escalation:
+    """The memory's rule ([escalation] in the policy): after `reboots` reboots within `window`
+    seconds that did not clear the same failing check on the same node or hardware, a new
+    failure of that check skips the reboot rungs of its ladder."""
+    reboots: int = 2
+    window: float = 7 * 86400.0
+
+
+@dataclass(frozen=True)
 class FailureClass:
     name: str
     checks: tuple[str, ...]
     detail: re.Pattern | None
     ladder: tuple[str, ...]
+    reboots_not_cleared: int | None = None  # this class's own limit; None = [escalation]
 
     def matches(self, check: str, detail: str) -> bool:
         if "*" not in self.checks and check not in self.checks:
@@ -34,6 +44,13 @@ class FailureClass:
 class Policy:
     classes: tuple[FailureClass, ...]
     source: str
+    escalation: Escalation = Escalation()
+
+    def reboot_limit(self, cls: FailureClass) -> int:
+        """Reboots that did not clear a check of this class before the next failure skips the
+        reboot (0 = never skip)."""
+        return self.escalation.reboots if cls.reboots_not_cleared is None \
+            else cls.reboots_not_cleared
 
     def classify(self, check: str, detail: str) -> FailureClass:
         for cls in self.classes:
@@ -50,11 +67,12 @@ def parse(text: str, source: str) -> Policy:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"recovery policy {source}: invalid TOML: {exc}") from None
-    unknown = set(raw) - {"version", "class"}
+    unknown = set(raw) - {"version", "class", "escalation"}
     if unknown:
         raise ConfigError(f"recovery policy {source}: unknown key '{sorted(unknown)[0]}'")
     if raw.get("version", 1) != 1:
         raise ConfigError(f"recovery policy {source}: version {raw.get('version')!r} unsupported")
+    escalation = _escalation(raw.get("escalation", {}), source)
     items = raw.get("class")
     if not isinstance(items, list) or not items:
         raise ConfigError(f"recovery policy {source}: needs at least one [[class]]")
@@ -63,7 +81,7 @@ def parse(text: str, source: str) -> Policy:
         where = f"recovery policy {source}: class #{i + 1}"
         if not isinstance(item, dict):
             raise ConfigError(f"{where}: must be a table")
-        bad = set(item) - {"name", "checks", "detail", "ladder"}
+        bad = set(item) - {"name", "checks", "detail", "ladder", "reboots_not_cleared"}
         if bad:
             raise ConfigError(f"{where}: unknown key '{sorted(bad)[0]}'")
         name = item.get("name")
@@ -87,12 +105,34 @@ def parse(text: str, source: str) -> Policy:
             raise ConfigError(f"{where} ({name}): ladder must be a list of {', '.join(ACTIONS)}")
         if len(set(ladder)) != len(ladder):
             raise ConfigError(f"{where} ({name}): ladder repeats an action")
-        classes.append(FailureClass(name, tuple(checks), pattern, tuple(ladder)))
+        limit = item.get("reboots_not_cleared")
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
+                                  or limit < 0):
+            raise ConfigError(f"{where} ({name}): reboots_not_cleared must be a whole number "
+                              ">= 0 (0 = never skip the reboot)")
+        classes.append(FailureClass(name, tuple(checks), pattern, tuple(ladder), limit))
     last = classes[-1]
     if "*" not in last.checks or last.detail is not None:
         raise ConfigError(f"recovery policy {source}: the last class must match everything "
                           "(checks = [\"*\"], no detail) so that every failure has a ladder")
-    return Policy(tuple(classes), source)
+    return Policy(tuple(classes), source, escalation)
+
+
+def _escalation(raw, source: str) -> Escalation:
+    where = f"recovery policy {source}: [escalation]"
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where} must be a table")
+    bad = set(raw) - {"reboots_not_cleared", "window"}
+    if bad:
+        raise ConfigError(f"{where}: unknown key '{sorted(bad)[0]}'")
+    reboots = raw.get("reboots_not_cleared", Escalation.reboots)
+    if isinstance(reboots, bool) or not isinstance(reboots, int) or reboots < 0:
+        raise ConfigError(f"{where}: reboots_not_cleared must be a whole number >= 0 "
+                          "(0 = never skip the reboot)")
+    window = raw.get("window", Escalation.window)
+    if isinstance(window, bool) or not isinstance(window, (int, float)) or not window > 0:
+        raise ConfigError(f"{where}: window must be a number of seconds > 0")
+    return Escalation(reboots, float(window))
 
 
 @lru_cache(maxsize=8)

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from airlock import faults, reasons
+from airlock.checks.drift import identity_keys
 from airlock.errors import AirlockError
 from airlock.recovery import machine
 from airlock.recovery import policy as policy_mod
@@ -33,6 +34,7 @@ from airlock.recovery.providers import (
     recover_reason,
 )
 from airlock.recovery.store import DONE, INTENT, RecoveryStore
+from airlock.results import read_many
 
 
 @dataclass
@@ -63,6 +65,7 @@ class Service:
     def __init__(self, cfg, slurm, store: RecoveryStore, rebooter: Provider,
                  replacer: Provider, journal: Journal, dry_run: bool = False,
                  clock: Callable[[], float] = time.time):
+        self.cfg = cfg
         self.settings = cfg.recovery
         self.slurm = slurm
         self.store = store
@@ -103,12 +106,13 @@ class Service:
                         **machine.own_error_nodes(obs.values(), now)}
         cases = self.store.cases()
         ledger = self.store.ledger(now, self.settings.rate_window, self.settings.breaker_window)
+        memory = self.memory(cases, obs, now)
         decision = machine.decide(cases, list(obs.values()), now, self.policy, self.settings,
-                                  ledger, self.owns_reason)
+                                  ledger, self.owns_reason, memory)
         report.events, report.held = decision.events, decision.held
         report.breaker = decision.trip or ledger.breaker_why
         if self.dry_run:
-            later = self.show_dry_run(decision, obs, ledger, now)
+            later = self.show_dry_run(decision, obs, ledger, now, memory)
             for node, (reason, since) in sorted(report.stuck.items()):
                 emit(node=node, event="stuck", detail=self.stuck_detail(reason, since, now),
                      dry_run=True)
@@ -139,6 +143,16 @@ class Service:
                 report.started.append((t.node, action, result.status))
         return report
 
+    def memory(self, cases: dict[str, machine.Case], obs: dict[str, machine.Obs],
+               now: float) -> machine.Memory:
+        """The escalation memory for this poll: the remembered reboots, and the hardware
+        identity of the nodes about to open a case (read from their documents in the shared
+        directory, only for those few: never a read per node per poll)."""
+        opening = [n for n, o in obs.items() if o.failing
+                   and (n not in cases or cases[n].state in machine.CLOSED)]
+        return self.store.memory(now, self.policy.escalation.window,
+                                 hardware_of(self.cfg, opening) if opening else {})
+
     def beat(self) -> None:
         """Count this poll in the database: proof for people and tests that the service is
         alive and polling, also while it has nothing to do."""
@@ -155,7 +169,8 @@ class Service:
                 f"{what}")
 
     def show_dry_run(self, decision: machine.Decision, obs: dict[str, machine.Obs],
-                     ledger: machine.Ledger, now: float) -> machine.Decision:
+                     ledger: machine.Ledger, now: float,
+                     memory: machine.Memory | None = None) -> machine.Decision:
         """Print what this poll would do; returns the decision whose starts it printed."""
         emit = self.journal.emit
         for node, event, detail in decision.events:
@@ -166,7 +181,7 @@ class Service:
             seen = dataclasses.replace(ledger, detections=ledger.detections + decision.detections)
             later = machine.decide(decision.cases, list(obs.values()),
                                    now + self.settings.detect_grace, self.policy, self.settings,
-                                   seen, self.owns_reason)
+                                   seen, self.owns_reason, memory)
         for node, action in later.starts:
             case = later.cases[node]
             emit(node=node, event="would_" + action, dry_run=True,
@@ -197,6 +212,14 @@ class Service:
             for node in sorted(decision.changed):
                 case = decision.cases[node]
                 prev = before.get(node)
+                if prev and prev.state == machine.REBOOT_REQUESTED \
+                        and case.state == machine.REBOOTED:
+                    # remembered across cases: if this check comes back, this reboot did not
+                    # clear it (policy [escalation])
+                    self.store.remember(db, node, "reboot", case.check, case.hardware, now)
+                elif prev and prev.state == machine.REPLACE_REQUESTED \
+                        and case.state == machine.REPLACED:
+                    self.store.remember(db, node, "replace", case.check, (), now)
                 if prev and prev.state in machine.AWAITING_BOOT \
                         and case.state not in machine.AWAITING_BOOT:
                     msg = ("new boot seen" if case.state in machine.AWAITING_VERDICT
@@ -321,3 +344,24 @@ class Service:
                 time.sleep(min(0.2, interval))
             if stop():
                 return report
+
+
+IDENTITY_RUNS = 10  # a node's recent runs searched for its hardware identity (a registration's)
+
+
+def hardware_of(cfg, nodes: list[str]) -> dict[str, frozenset[str]]:
+    """Each node's hardware identity ("instance:..", "gpu:..") from the latest of its recorded
+    runs that carries one (its drift check's, at registration); empty when none can be read.
+    The documents are the nodes' own (shared directory, read as airlock status reads them)."""
+    out = {}
+    try:
+        found = read_many(cfg, nodes, history=IDENTITY_RUNS)
+    except Exception:  # the memory by node alone still works
+        return {}
+    for node, res in found.items():
+        for run in [res.run or {}, *res.history]:
+            keys = identity_keys(run)
+            if keys:
+                out[node] = keys
+                break
+    return out

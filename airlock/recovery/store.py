@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from airlock.errors import AirlockError
-from airlock.recovery.machine import Case, Ledger
+from airlock.recovery.machine import Case, Ledger, Memory, Reboot
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS cases (
@@ -47,6 +47,10 @@ CREATE TABLE IF NOT EXISTS breaker (
     changed REAL NOT NULL, reset_at REAL NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS stuck (
     node TEXT PRIMARY KEY, reason TEXT NOT NULL, since REAL NOT NULL, seen REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS memory (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, ts REAL NOT NULL, node TEXT NOT NULL,
+    kind TEXT NOT NULL, check_name TEXT NOT NULL DEFAULT '', keys TEXT NOT NULL DEFAULT '[]');
+CREATE INDEX IF NOT EXISTS memory_ts ON memory(ts);
 CREATE TABLE IF NOT EXISTS heartbeat (
     id INTEGER PRIMARY KEY CHECK (id = 1), pid INTEGER NOT NULL, started REAL NOT NULL,
     polls INTEGER NOT NULL, last_poll REAL NOT NULL);
@@ -122,18 +126,13 @@ class RecoveryStore:
     def cases(self) -> dict[str, Case]:
         out = {}
         for row in self.db.execute("SELECT data FROM cases"):
-            d = json.loads(row["data"])
-            d["ladder"] = tuple(d["ladder"])
-            out[d["node"]] = Case(**d)
+            case = _case(row["data"])
+            out[case.node] = case
         return out
 
     def case(self, node: str) -> Case | None:
         row = self.db.execute("SELECT data FROM cases WHERE node=?", (node,)).fetchone()
-        if row is None:
-            return None
-        d = json.loads(row["data"])
-        d["ladder"] = tuple(d["ladder"])
-        return Case(**d)
+        return None if row is None else _case(row["data"])
 
     @staticmethod
     def put_case(db: sqlite3.Connection, case: Case, now: float) -> None:
@@ -249,6 +248,31 @@ class RecoveryStore:
                    "THEN polls + 1 ELSE 1 END, pid=excluded.pid, started=excluded.started, "
                    "last_poll=excluded.last_poll", (pid, started, now))
 
+    # --- the escalation memory: reboots and replacements done, across cases ---------------
+    @staticmethod
+    def remember(db: sqlite3.Connection, node: str, kind: str, check: str,
+                 keys: tuple[str, ...] | frozenset[str], ts: float) -> None:
+        db.execute("INSERT INTO memory(ts, node, kind, check_name, keys) VALUES (?,?,?,?,?)",
+                   (ts, node, kind, check, json.dumps(sorted(keys))))
+
+    def memory(self, now: float, window: float,
+               identity: dict[str, frozenset[str]] | None = None) -> Memory:
+        """The reboots within the window and each node's last replacement (machine.Memory)."""
+        try:
+            rows = self.db.execute("SELECT ts, node, kind, check_name, keys FROM memory "
+                                   "WHERE ts >= ? OR kind = 'replace' ORDER BY id",
+                                   (now - window,)).fetchall()
+        except sqlite3.OperationalError:  # read-only view of a database from before the table
+            rows = []
+        reboots, replaced = [], {}
+        for r in rows:
+            if r["kind"] == "replace":
+                replaced[r["node"]] = max(replaced.get(r["node"], 0.0), r["ts"])
+            elif r["ts"] >= now - window:
+                reboots.append(Reboot(r["node"], r["check_name"], r["ts"],
+                                      frozenset(json.loads(r["keys"]))))
+        return Memory(tuple(reboots), replaced, dict(identity or {}))
+
     # --- what the rails read ---------------------------------------------------------------
     def ledger(self, now: float, rate_window: float, breaker_window: float) -> Ledger:
         b = self.breaker()
@@ -261,3 +285,10 @@ class RecoveryStore:
         dets = [(r[0], r[1], r[2]) for r in self.db.execute(
             "SELECT node, check_name, ts FROM detections WHERE ts >= ?", (since,))]
         return Ledger(times, last, dets, bool(b["open"]), b["why"], float(b["reset_at"] or 0))
+
+
+def _case(data: str) -> Case:
+    d = json.loads(data)
+    d["ladder"] = tuple(d["ladder"])
+    d["hardware"] = tuple(d.get("hardware", ()))
+    return Case(**d)

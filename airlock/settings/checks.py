@@ -243,3 +243,185 @@ class ProfileSection(Section):
     @property
     def needs_slurm(self) -> bool:  # for choosing the profile (not for the GRES)
         return bool(self.by_partition or self.by_feature)
+
+
+# DCGM's run levels (dcgmi diag -r N): 1 about a minute, 2 a few minutes, 3 about 15-30
+# minutes, 4 (extended) over an hour, per NVIDIA's DCGM diagnostics guide.
+DCGM_LEVELS = (0, 1, 2, 3, 4)
+
+
+class DcgmSection(Section):
+    """[dcgm]: DCGM diagnostics (checks/dcgm.py)."""
+    dcgmi: str = setting(
+        "dcgmi",
+        'dcgmi to run: a name looked up in PATH and /usr/bin, /usr/local/bin, /usr/sbin, '
+        '/opt/nvidia/dcgm/bin, or an absolute path. Not found: the check skips, saying so.')
+    host: str = setting("", 'nv-hostengine to use (dcgmi --host); "" = the local default')
+    quick_level: int = setting(
+        0,
+        'DCGM level (dcgmi diag -r) at Airlock level quick; 0 = not run there. The periodic '
+        "hook's budget cannot hold even level 1 on every SKU.")
+    standard_level: int = setting(2, 'at level standard (registration): 2 = PCS MEDIUM')
+    deep_level: int = setting(3, 'at level deep: 3 = PCS LONG; 4 = extended (over an hour)')
+    timeouts: list[float] = setting(
+        factory=lambda: [300.0, 900.0, 2700.0, 7200.0],
+        doc='seconds for one dcgmi run at DCGM level 1, 2, 3, 4; past it the run is killed and '
+            'the check is inconclusive (never a hardware verdict)')
+    warn_tests: list[str] = setting(
+        factory=list,
+        doc='DCGM tests (as DCGM names them: software, memory, pcie, ...) whose failure only '
+            'warns')
+    args: list[str] = setting(factory=list, doc='more dcgmi diag arguments, e.g. ["-p", "..."]')
+
+    def timeout_for(self, level: int) -> float:
+        return self.timeouts[level - 1]
+
+    @property
+    def check_timeout(self) -> float:
+        # The runner's backstop sits above dcgmi's own limit, so a hang is named by the check
+        # (inconclusive) rather than cut by the runner (a timeout FAIL).
+        used = [self.timeout_for(lv) for lv in
+                (self.quick_level, self.standard_level, self.deep_level) if lv]
+        return max(used or [60.0]) + 30.0
+
+    def validate(self) -> None:
+        for key in ("quick_level", "standard_level", "deep_level"):
+            if getattr(self, key) not in DCGM_LEVELS:
+                raise ValueError(f"{key}: must be 0 (off) or a DCGM level 1-4, got "
+                                 f"{getattr(self, key)}")
+        if len(self.timeouts) != 4 or any(not t > 0 for t in self.timeouts):
+            raise ValueError("timeouts: need four positive numbers (DCGM levels 1-4)")
+        if not self.dcgmi:
+            raise ValueError("dcgmi: must not be empty")
+
+
+class FlapsSection(Section):
+    """[flaps]: flapping RDMA links (checks/flaps.py), counted at every level's run."""
+    max_downs: int = setting(
+        3,
+        'down-transitions of one port within window that fail the node, naming the HCA and port '
+        '(gpud: 3 in 12 h)')
+    window: float = setting(43200.0, 'seconds over which downs are counted (12 h)')
+    devices: list[str] = setting(
+        factory=list,
+        doc='only these RDMA devices; [] = [system] rdma_devices, or every device when that is '
+            'empty too')
+
+    def validate(self) -> None:
+        if self.max_downs < 1:
+            raise ValueError(f"max_downs: must be >= 1, got {self.max_downs}")
+        positive(self.window, "window")
+
+
+class LoopbackSection(Section):
+    """[loopback]: RDMA loopback bandwidth per port (checks/loopback.py)."""
+    perftest: str = setting(
+        "ib_write_bw",
+        'perftest tool for InfiniBand and RoCE ports (ib_write_bw or ib_read_bw): a name looked '
+        'up in PATH and the usual places, or an absolute path')
+    fabtests: str = setting("fi_rma_bw", 'fabtests tool for EFA ports')
+    size: int = setting(8388608, 'message size, bytes (aznhc uses 8 MiB)')
+    duration: float = setting(5.0, 'perftest: seconds of traffic per port (-D)')
+    iterations: int = setting(1000, 'fabtests: transfers per port (-I)')
+    server_start: float = setting(1.0, 'seconds between starting the server and the client')
+    timeout: float = setting(
+        60.0,
+        'seconds for one port; past it both sides are killed and the check is inconclusive')
+    tcp_port: int = setting(18515, 'first TCP port for the tools\' exchange, one more per port')
+    devices: list[str] = setting(
+        factory=list,
+        doc='only these RDMA devices; [] = [system] rdma_devices, or every device')
+    check_timeout: float = setting(
+        900.0,
+        "the whole check's backstop (above timeout times the ports measured)")
+
+    def validate(self) -> None:
+        for key in ("duration", "server_start", "timeout", "check_timeout"):
+            positive(getattr(self, key), key)
+        for key in ("size", "iterations"):
+            if getattr(self, key) <= 0:
+                raise ValueError(f"{key}: must be > 0, got {getattr(self, key)}")
+        if not 1024 <= self.tcp_port <= 65000:
+            raise ValueError(f"tcp_port: must be between 1024 and 65000, got {self.tcp_port}")
+
+
+class PcieBwSection(Section):
+    """[pcie_bw]: host<->device copy bandwidth per GPU (checks/pcie_bw.py)."""
+    size_mib: int = setting(256, 'GPU: bytes per copy, MiB (pinned host memory)')
+    iters: int = setting(10, 'timed copies per direction and device at level standard')
+    deep_iters: int = setting(40, '... at level deep')
+    cpu_devices: int = setting(2, 'no GPU (or stand-ins): this many CPU devices')
+    cpu_size_mib: int = setting(16, 'no GPU: bytes per copy, MiB')
+    straggler_fraction: float = setting(
+        0.8,
+        "a GPU below this share of the other GPUs' median fails; 0 = off")
+    cpu_straggler_fraction: float = setting(
+        0.25,
+        "the same for the dev cluster's CPU stand-ins (a warning only): host copies share "
+        'memory bandwidth and cores with everything else, so 2x is noise there')
+    timeout: float = setting(300.0, 'whole check, seconds')
+
+    def validate(self) -> None:
+        for key in ("size_mib", "iters", "deep_iters", "cpu_devices", "cpu_size_mib"):
+            if getattr(self, key) <= 0:
+                raise ValueError(f"{key}: must be > 0, got {getattr(self, key)}")
+        for key in ("straggler_fraction", "cpu_straggler_fraction"):
+            if not 0 <= getattr(self, key) <= 1:
+                raise ValueError(f"{key}: must be between 0 and 1")
+        positive(self.timeout, "timeout")
+
+
+class P2pSection(Section):
+    """[p2p]: GPU-to-GPU copy bandwidth of every ordered pair (checks/p2p.py)."""
+    size_mib: int = setting(256, 'GPU: bytes per copy, MiB')
+    iters: int = setting(10, 'timed copies per pair at level standard')
+    deep_iters: int = setting(40, '... at level deep')
+    cpu_devices: int = setting(2, 'no GPU (or stand-ins): this many CPU devices')
+    cpu_size_mib: int = setting(16, 'no GPU: bytes per copy, MiB')
+    straggler_fraction: float = setting(
+        0.8,
+        "a GPU pair below this share of the other pairs' median fails; 0 = off")
+    cpu_straggler_fraction: float = setting(
+        0.25,
+        "the same for the dev cluster's CPU stand-ins (a warning only): host copies share "
+        'memory bandwidth and cores with everything else, so 2x is noise there')
+    timeout: float = setting(600.0, 'whole check, seconds')
+
+    def validate(self) -> None:
+        for key in ("size_mib", "iters", "deep_iters", "cpu_devices", "cpu_size_mib"):
+            if getattr(self, key) <= 0:
+                raise ValueError(f"{key}: must be > 0, got {getattr(self, key)}")
+        for key in ("straggler_fraction", "cpu_straggler_fraction"):
+            if not 0 <= getattr(self, key) <= 1:
+                raise ValueError(f"{key}: must be between 0 and 1")
+        positive(self.timeout, "timeout")
+
+
+# The facts checks/drift.py compares with the fleet.
+DRIFT_FACTS = ("driver", "cuda", "vbios", "gpu_firmware", "hca_firmware", "kernel")
+
+
+class DriftSection(Section):
+    """[drift]: this node's versions against the fleet of the same profile (checks/drift.py)."""
+    facts: list[str] = setting(
+        factory=lambda: list(DRIFT_FACTS),
+        doc='what is compared: driver, cuda, vbios, gpu_firmware (InfoROM image), '
+            'hca_firmware, kernel')
+    action: str = setting(
+        "warn",
+        'a node that differs from the fleet\'s majority: "warn", or "fail" (drains; use it only '
+        'where the shared directory is as trusted as the nodes\' root, since whoever writes it '
+        'can forge a majority)')
+    min_nodes: int = setting(3, 'other nodes of the same profile that must report a fact')
+    majority: float = setting(
+        0.5,
+        'a fleet value counts when more than this share of those nodes agree on it')
+
+    def validate(self) -> None:
+        for f in self.facts:
+            choice(f, DRIFT_FACTS, "facts")
+        choice(self.action, ("warn", "fail"), "action")
+        if self.min_nodes < 1:
+            raise ValueError(f"min_nodes: must be >= 1, got {self.min_nodes}")
+        if not 0.5 <= self.majority < 1:
+            raise ValueError(f"majority: must be at least 0.5 and below 1, got {self.majority}")

@@ -75,11 +75,23 @@ class NvmlSection(Section):
 class CheckDefaults(Section):
     timeout: float = setting(300.0, 'per check, seconds')
     confirm_runs: int = setting(1, 're-runs of a failing check before it counts as a failure')
+    observe: list[str] = setting(
+        factory=list,
+        doc='checks in observe mode: they run, record and show their verdict (status, metrics, '
+            'history) but never drain a node nor keep a boot closed; the per-check kill switch '
+            'while a threshold is tuned. Added to the profile\'s own `observe` list.')
+    enforce: list[str] = setting(
+        factory=list,
+        doc="checks that drain here although the node's profile ships them in observe mode "
+            '(a floor without a public figure, which this site has measured)')
 
     def validate(self) -> None:
         positive(self.timeout, "timeout")
         if self.confirm_runs < 0:
             raise ValueError("confirm_runs: must be >= 0")
+        both = sorted(set(self.observe) & set(self.enforce))
+        if both:
+            raise ValueError(f"check {both[0]!r} is in both observe and enforce")
 
 
 class PrologSection(Section):

@@ -229,6 +229,12 @@ class FakeSlurm:
         self.log_path.write_text("")
 
 
+def node_of(bin_dir: str, name: str) -> dict:
+    """A node of the fake whose bin directory a config names (for code that has the config)."""
+    with locked(str(Path(bin_dir).parent / "state.json")) as state:
+        return dict(state["nodes"][name])
+
+
 @contextmanager
 def locked(state_path: str):
     """The state, read under an exclusive lock and written back when the block ends."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -28,17 +29,25 @@ def test_root_lists_the_commands():
 
 
 def test_check_without_a_config_file_uses_the_defaults(tmp_path):
-    """The first command a new user types: no /etc/airlock/airlock.toml is not an error."""
+    """The first command a new user types: no /etc/airlock/airlock.toml is not an error. The
+    defaults put its results in /var/lib/airlock: it runs in a mount namespace of its own over
+    an empty /var/lib, so that they land there, never in the host's."""
     from airlock import config
 
     if os.path.exists(config.DEFAULT_PATH):
         pytest.fail(f"this test needs no {config.DEFAULT_PATH} on the machine")
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        pytest.fail("unshare (util-linux) is needed")
     env = {k: v for k, v in os.environ.items() if k != "AIRLOCK_CONFIG"}
-    out = subprocess.run([sys.executable, "-m", "airlock.cli", "check", "--only", "memory",
-                          "--node", "clitest", "--json"], capture_output=True, text=True,
-                         env=env, timeout=60)
+    script = 'mount -t tmpfs airlock-unit /var/lib && "$@" && ls /var/lib/airlock'
+    out = subprocess.run([unshare, "--mount", "--propagation", "private", "sh", "-c", script,
+                          "sh", sys.executable, "-m", "airlock.cli", "check", "--only",
+                          "memory", "--node", "clitest", "--json"], capture_output=True,
+                         text=True, env=env, timeout=60)
     assert out.returncode == 0, out.stderr
     assert '"verdict": "pass"' in out.stdout
+    assert "latest.json" in out.stdout.split()  # written under the default state_dir
     named = subprocess.run([sys.executable, "-m", "airlock.cli", "check", "--only", "memory"],
                            capture_output=True, text=True, timeout=60,
                            env={**env, "AIRLOCK_CONFIG": str(tmp_path / "absent.toml")})

@@ -76,7 +76,7 @@ def test_refusals_are_slurm_s_own(tmp_path):
 
 def test_faults_fail_or_hang_as_told(tmp_path):
     fake = FakeSlurm(tmp_path, nodes=["n1"])
-    client = Slurm(bin_dir=fake.bin_dir, timeout=1)
+    client = Slurm(bin_dir=fake.bin_dir)
     fake.fail("update", times=1)
     with pytest.raises(SlurmError, match="Unable to contact slurm controller"):
         drains.isolate(client, "n1", "standard", "new")
@@ -88,7 +88,7 @@ def test_faults_fail_or_hang_as_told(tmp_path):
     fake.fail("show", mode="hang")
     t0 = time.monotonic()
     with pytest.raises(SlurmError, match="timed out after 1 s"):
-        client.node("n1")
+        Slurm(bin_dir=fake.bin_dir, timeout=1).node("n1")
     assert time.monotonic() - t0 < 10
     verbs = [c["verb"] for c in fake.calls()]
     assert verbs == ["show", "update", "show", "update", "show", "show"]

@@ -47,6 +47,17 @@ def test_gpu_proof_cpu_mode_runs_every_step_and_catches_every_fault(tmp_path):
     assert steps["gemm_corrupt_by_dtype"]["fp32"]["at"] == [1, 1]
     assert summary["memtest_corrupt_caught"]
     assert "first at offset 0xfa0" in steps["faults"]["checks"]["memtest"]["detail"]
+    # the deep steps: stand-ins labelled, never a GPU figure; DCGM absent here says so; the
+    # recorded DCGM failure is caught naming GPU and test, a hang is inconclusive
+    deep = steps["deep"]["checks"]
+    assert deep["pcie_bw"]["verdict"] == "pass"
+    assert deep["pcie_bw"]["figures"]["devices_kind"] == "stand-in"
+    assert "not a PCIe figure" in deep["pcie_bw"]["detail"]
+    assert deep["p2p"]["verdict"] == "skip"  # one simulated GPU: no pair
+    assert deep["dcgm"]["verdict"] == "skip" and "no DCGM on this node" in deep["dcgm"]["detail"]
+    assert summary["pcie_slow_caught"] is None  # a stand-in copy is never a PCIe verdict
+    assert summary["dcgm_recorded_fail_caught"] and summary["dcgm_hang_inconclusive"]
+    assert steps["dcgm_hang"]["rc"] == 2
     assert summary["allreduce_verified"] and summary["allreduce_backend"] == "gloo"
     assert summary["allreduce_corrupt_caught"]
     assert steps["nccl"]["allreduce_corrupt"]["sent_bad"][0]["rank"] == 0

@@ -10,6 +10,12 @@ from hypothesis import strategies as st
 
 from airlock import protocol
 
+# slurmstepd forwards a task's output to srun in messages of at most 1 KiB (MAX_MSG_LEN): a
+# longer line from two nodes at once comes out interleaved. Written out, not protocol.MAX_LINE:
+# the test must fail if the code's own limit drifts above Slurm's.
+SRUN_MESSAGE_BYTES = 1024
+SRUN_MARKS = (protocol.NODE, protocol.GROUP, protocol.DIST, protocol.RESULT)
+
 
 def emitted(mark: str, payload: dict, tag: str = "") -> list[str]:
     buf = io.StringIO()
@@ -31,7 +37,7 @@ def test_a_long_answer_goes_in_parts_under_srun_s_message_size():
     lines = emitted(protocol.NODE, big("n1"))
     assert len(lines) > 10
     assert all(ln.startswith("AIRLOCK-NODE-PART ") for ln in lines)
-    assert max(len((ln + "\n").encode()) for ln in lines) <= protocol.MAX_LINE
+    assert max(len((ln + "\n").encode()) for ln in lines) <= SRUN_MESSAGE_BYTES
     assert protocol.all_of("\n".join(lines), protocol.NODE) == [big("n1")]
     assert protocol.last("\n".join(lines), protocol.NODE) == big("n1")
 
@@ -65,3 +71,26 @@ def test_a_damaged_answer_is_dropped_and_never_replaced_by_an_older_one():
     assert protocol.last("\n".join(bad_header), protocol.NODE) is None
     garbled = [ln.replace('"node"', '"no', 1) for ln in new]
     assert protocol.last("\n".join(garbled), protocol.NODE) is None
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.sampled_from(SRUN_MARKS), st.text(max_size=2500),
+       st.integers(min_value=0, max_value=1100))
+def test_every_line_fits_one_srun_message(mark, text, pad):
+    """Whatever the answer holds (any Unicode, escaped or not) and whatever its length around
+    the limit, every line written, newline included, is at most 1,024 bytes, and the answer
+    comes back whole."""
+    payload = {"node": "n1", "detail": text, "pad": "x" * pad}
+    lines = emitted(mark, payload)
+    assert max(len((ln + "\n").encode()) for ln in lines) <= SRUN_MESSAGE_BYTES
+    assert protocol.all_of("\n".join(lines), mark) == [payload]
+
+
+def test_lines_just_under_and_over_the_limit():
+    sizes = set()
+    for pad in range(900, 1100):
+        lines = emitted(protocol.NODE, {"p": "x" * pad})
+        sizes.add(len(lines))
+        assert all(len((ln + "\n").encode()) <= SRUN_MESSAGE_BYTES for ln in lines)
+        assert protocol.last("\n".join(lines), protocol.NODE) == {"p": "x" * pad}
+    assert sizes == {1, 2}  # whole while it fits, in parts beyond

@@ -668,6 +668,138 @@ def test_batches_live_under_the_shared_root_never_a_node_placeholder(tmp_path):
     assert not any("{node}" in str(p) for p in tmp_path.rglob("*"))
 
 
+# --- issue 17, section 4: a planted world-writable directory, oversized documents --------------
+def world_writable(path: Path) -> Path:
+    """A directory as someone with root elsewhere (another node's root, an NFS export with
+    no_root_squash) could plant it: owned by root, writable by everyone."""
+    path.mkdir(parents=True, exist_ok=True)
+    os.chown(path, 0, 0)
+    path.chmod(0o777)
+    return path
+
+
+def test_a_root_owned_world_writable_node_dir_is_refused_and_named(tmp_path):
+    cfg = cfg_for(tmp_path)
+    planted = world_writable(tmp_path / "shared" / "n1")
+    problems = results.ResultStore(cfg, "n1").write(run_doc("n1", "20260101T000000-1-n1"))
+    assert len(problems) == 1, problems
+    assert problems[0].endswith(f"{planted}: writable by group or others (mode 0777)"), problems
+    assert list(planted.iterdir()) == []  # nothing written where anyone could swap it
+    assert (tmp_path / "state" / "n1" / "latest.json").exists()  # the node-local copy is
+    # The controller reading it refuses it too, and says which directory and why.
+    (planted / "latest.json").write_text(json.dumps(run_doc("n1", "20260101T000000-2-n1")))
+    got = results.read_node(cfg, "n1")
+    assert got.source == "local" and got.run["run_id"] == "20260101T000000-1-n1", got.run
+    assert got.problem == f"shared results: {planted}: writable by group or others (mode 0777)"
+
+
+def test_a_world_writable_results_dir_never_feeds_the_fleet(tmp_path):
+    cfg = cfg_for(tmp_path)
+    for node, value in (("a", 600.0), ("b", 610.0), ("c", 620.0)):
+        results.ResultStore(cfg, node).write(fleet_doc(node, value))
+    (tmp_path / "shared" / "d").mkdir()
+    planted = world_writable(tmp_path / "shared" / "d" / "results")
+    (planted / "20300101T000000-1-d.json").write_text(json.dumps(fleet_doc("d", 1e6)))
+    ignored: list[str] = []
+    others = fleet.read_fleet(cfg.shared_dir, "me", "h100", ignored=ignored)
+    assert "d" not in others and set(others) == {"a", "b", "c"}
+    assert any(str(planted) in i and "mode 0777" in i for i in ignored), ignored
+
+
+def test_a_world_writable_batch_tree_is_refused_and_reported(tmp_path):
+    world_writable(tmp_path / "shared" / ".batches")
+    b, seen = batch(tmp_path, "n1")
+    assert b.arrive("20260101T000000-1-n1") is False
+    assert len(seen) == 1 and "cannot announce n1" in seen[0] and "mode 0777" in seen[0], seen
+    assert list((tmp_path / "shared" / ".batches").iterdir()) == []
+
+
+def test_errors_json_is_not_written_into_a_planted_world_writable_dir(tmp_path):
+    from airlock import incidents
+
+    planted = world_writable(tmp_path / "shared" / "n1")
+    problem = incidents.record(str(tmp_path / "state" / "{node}"), str(tmp_path / "shared"),
+                               "n1", "prolog", "fail open: config x")
+    assert (tmp_path / "state" / "n1" / "errors.json").exists() and problem == ""
+    assert list(planted.iterdir()) == []
+
+
+def padded(doc: dict, size: int) -> str:
+    """doc as JSON of exactly size bytes (trailing blanks are valid JSON)."""
+    text = json.dumps(doc)
+    assert len(text) <= size
+    return text + " " * (size - len(text))
+
+
+def test_oversized_shared_documents_are_refused_at_the_limit(tmp_path):
+    cfg = cfg_for(tmp_path)
+    folder = tmp_path / "shared" / "n2"
+    folder.mkdir(parents=True)
+    doc = run_doc("n2", "20260101T000000-1-n2")
+    (folder / "latest.json").write_text(padded(doc, paths.MAX_DOC_BYTES))
+    assert results.read_node(cfg, "n2").run == doc  # at the limit: read
+    (folder / "latest.json").write_text(padded(doc, paths.MAX_DOC_BYTES + 1))
+    got = results.read_node(cfg, "n2")
+    assert got.run is None and f"larger than {paths.MAX_DOC_BYTES} bytes" in got.problem, \
+        got.problem
+
+
+def test_a_huge_or_endless_shared_document_is_refused_without_reading_it(tmp_path):
+    """A sparse 64 GiB latest.json or a FIFO in its place: refused at once, never read whole
+    (nor waited on: a FIFO with no writer would block a plain open forever)."""
+    cfg = cfg_for(tmp_path)
+    folder = tmp_path / "shared" / "n2"
+    folder.mkdir(parents=True)
+    with open(folder / "latest.json", "wb") as fh:
+        fh.truncate(64 << 30)
+    got = results.read_node(cfg, "n2")
+    assert got.run is None and "larger than" in got.problem, got.problem
+    (folder / "latest.json").unlink()
+    os.mkfifo(folder / "latest.json")
+    got = results.read_node(cfg, "n2")
+    assert got.run is None and "not a regular file" in got.problem, got.problem
+
+
+def test_oversized_documents_from_strangers_are_skipped_and_named(tmp_path):
+    cfg = cfg_for(tmp_path)
+    for node, value in (("a", 600.0), ("b", 610.0), ("c", 620.0)):
+        results.ResultStore(cfg, node).write(fleet_doc(node, value))
+    big = tmp_path / "shared" / "d" / "results"
+    big.mkdir(parents=True)
+    (big / "20300101T000000-1-d.json").write_text(
+        padded(fleet_doc("d", 1e6), paths.MAX_DOC_BYTES + 1))
+    ignored: list[str] = []
+    assert set(fleet.read_fleet(cfg.shared_dir, "me", "h100", ignored=ignored)) == {"a", "b",
+                                                                                    "c"}
+    assert any("larger than" in i for i in ignored), ignored
+    # a batch arrival
+    b, seen = batch(tmp_path, "n1", window=0.1)
+    assert b.arrive("20260101T000000-1-n1")
+    plant(tmp_path, "arrivals/n9.json",
+          padded({"node": "n9", "addr": "127.0.0.1", "time": time.time(),
+                  "run_id": "20260101T000000-1-n9"}, paths.MAX_DOC_BYTES + 1))
+    assert [a["node"] for a in b._arrivals()] == ["n1"]
+    assert any("n9.json" in s and "larger than" in s for s in seen), seen
+
+
+def test_a_huge_node_record_is_read_only_up_to_its_limit(tmp_path):
+    """node.json is read up to 1 MiB, never whole: a sparse 64 GiB file in its place is a
+    damaged record (no proof: the boot gets its registration), not an out-of-memory hook."""
+    from airlock import boot, nodestate
+
+    cfg = config.from_dict({"state_dir": str(tmp_path / "state")})
+    state = nodestate.NodeState(cfg, "n1")
+    state.start("r1", boot.current("n1"), os.getpid(), "standard", "boot")
+    state.finish("r1", "pass")
+    good = state.load()
+    state.path.write_text(padded(good, 1 << 20))
+    assert state.proof(boot.current("n1")).passed  # at the limit: read
+    with open(state.path, "wb") as fh:
+        fh.truncate(64 << 30)
+    proof = state.proof(boot.current("n1"))
+    assert proof.state == nodestate.NONE and "unreadable" in proof.why, proof
+
+
 def test_own_errors_are_never_written_through_a_planted_link(tmp_path):
     """Issue 17: incidents.record wrote <shared>/<node>/errors.json through a path that followed
     links and skipped the owner check, so root wrote errors.json wherever a planted link

@@ -20,11 +20,14 @@ from tests.unit import conftest
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_the_host_s_scontrol_is_out_of_reach_in_process(host_guard):
+def test_the_host_s_scontrol_is_out_of_reach_in_process(host_guard, monkeypatch):
     client = Slurm()  # no bin_dir: $PATH, then airlock.slurm's usual places
     assert Path(client.binary("scontrol")).parent == host_guard["bin_dir"]
     assert Path(Slurm(conf="/etc/slurm/slurm.conf").binary("srun")).parent == \
         host_guard["bin_dir"]
+    with monkeypatch.context() as m:
+        m.setenv("PATH", "/nonexistent-bin")  # no tripwire on it: the client's usual places
+        assert Path(client.binary("scontrol")).parent == host_guard["bin_dir"]
     with pytest.raises(SlurmError, match="unit test reached for a real scontrol"):
         client.node("n1")
     assert host_guard["tripwire"].read_text() == "scontrol -o --future show node n1\n"
@@ -34,7 +37,9 @@ def test_the_host_s_scontrol_is_out_of_reach_in_process(host_guard):
 def test_a_process_without_the_guard_is_refused_before_it_starts(tmp_path):
     conf = tmp_path / "airlock.toml"
     conf.write_text(f'state_dir = "{tmp_path}/state"\n')  # no [slurm] bin_dir
-    argv = [sys.executable, "-m", "airlock.hooks.prolog"]
+    # The guard judges the environment, not the program: a harmless one stands in for a hook,
+    # so that a broken guard lets nothing reach the host.
+    argv = [sys.executable, "-c", "import sys; sys.exit(3)"]
     slurmd_env = {"SLURMD_NODENAME": "n1", "AIRLOCK_CONFIG": str(conf)}  # no PATH
     with pytest.raises(AssertionError, match="could reach the host's Slurm or /run: no "):
         subprocess.run(argv, env=slurmd_env, capture_output=True)
@@ -86,9 +91,8 @@ def test_a_test_that_escapes_fails(tmp_path):
             except Exception:
                 pass  # the code under test hides the failure; the guard does not
 
-        def test_hook_without_a_fake():
-            subprocess.run([sys.executable, "-m", "airlock.hooks.prolog"],
-                           env={"SLURMD_NODENAME": "n1"})
+        def test_hook_without_a_fake():  # (a harmless stand-in: see the test above)
+            subprocess.run([sys.executable, "-c", "pass"], env={"SLURMD_NODENAME": "n1"})
     """))
     out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider",
                           "-p", "no:xdist", str(tmp_path)], cwd=REPO, capture_output=True,
