@@ -125,3 +125,4 @@ def test_a_hung_results_store_is_given_up_on_not_waited_for(tmp_path, monkeypatc
     assert got["node1"].run["verdict"] == "pass"
     assert got["node2"].run is None
     assert got["node2"].problem == "results store did not answer within 0.5s"
+    assert results.READ_TIMEOUT == 5.0  # what `airlock status` waits (docs/guide.md)
