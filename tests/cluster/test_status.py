@@ -78,7 +78,8 @@ def test_status_json_matches_slurm_and_schema(cluster):
 @pytest.mark.cluster
 def test_status_table_history_and_node_selection(cluster):
     text = _status(cluster)
-    assert text.rstrip().endswith("3 nodes: 2 healthy, 0 quarantined, 1 failed, 0 recovering")
+    assert text.rstrip().endswith(
+        "3 nodes: 2 healthy, 0 quarantined, 1 failed, 0 own-error, 0 recovering")
     line = next(ln for ln in text.splitlines() if ln.startswith("node3 "))
     assert re.search(r"node3\s+IDLE\+DRAIN\s+failed\s+gpu_count\s+7 GPUs", line), line
     hist = json.loads(_status(cluster, "node[2-3]", "--json", "--history", "3"))
