@@ -112,10 +112,11 @@ def test_a_proven_node_is_never_drained_for_a_check_without_time(fake_node, hook
     assert out.returncode == rc, out.stderr
     assert node.slurm.updates() == [] and node.slurm.node("n1")["reason"] == ""
     errors = json.loads((node.root / "state" / "errors.json").read_text())
-    assert errors[hook]["message"].startswith(f"fail open: {hook} not seen: memory (no verdict"), \
-        errors
+    # (memory, or on a machine slow enough, a check before it too: whatever had no time)
+    message = errors[hook]["message"]
+    assert message.startswith(f"fail open: {hook} not seen: ") and "memory (" in message, errors
     latest = json.loads((node.root / "state" / "latest.json").read_text())
-    assert latest["verdict"] == "error" and latest["unseen"][0] == "memory", latest
+    assert latest["verdict"] == "error" and "memory" in latest["unseen"], latest
 
 
 def test_a_registration_without_time_for_a_check_is_no_proof(fake_node):
@@ -132,6 +133,7 @@ def test_a_registration_without_time_for_a_check_is_no_proof(fake_node):
     wait_for(lambda: not node.record()["slurm_pending"], 30, "the suite's drain")
     n1 = node.slurm.node("n1")
     assert "DRAIN" in n1["flags"], n1
-    assert n1["reason"].startswith("airlock: FAIL suite not seen: memory (no verdict"), n1
+    reason = n1["reason"]
+    assert reason.startswith("airlock: FAIL suite not seen: ") and "memory (" in reason, n1
     refused = node.run("prolog")
     assert refused.returncode == 1 and "refused, this boot is not proven" in refused.stderr

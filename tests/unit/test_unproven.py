@@ -34,7 +34,8 @@ def failed_before(node: FakeNode, reason: str, verdict: str, ago: float) -> dict
     state.start("r-failed", boot_mod.current(node.name), 999_999, "quick", "boot")
     assert state.finish("r-failed", verdict, detail=reason.split(" ", 3)[3], reason=reason)
     rec = state.load()
-    rec["finished_uptime"] = round(max(0.0, boot_mod.uptime() - ago), 3)
+    # (below zero on a machine up for less than `ago`: only the difference is read)
+    rec["finished_uptime"] = round(boot_mod.uptime() - ago, 3)
     state.save(rec)
     node.slurm.set(node.name, flags=["DRAIN"], reason=reason)
     return rec
