@@ -60,7 +60,9 @@ def clean(text: str) -> str:
 
 
 def is_owned(reason: str | None) -> bool:
-    return bool(reason) and reason.startswith(PREFIX)
+    """Airlock's reasons start with PREFIX and are one line (clean()): a reason with a line
+    break was set by someone else, whatever it starts with."""
+    return bool(reason) and reason.startswith(PREFIX) and "\n" not in reason
 
 
 def parse(reason: str | None) -> Reason | None:

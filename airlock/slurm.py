@@ -59,6 +59,8 @@ _REASON_TAIL = re.compile(
     r"(?P<time>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d|Unknown|None)\]"
     r"(?=\s*$| [A-Z][A-Za-z_]*=)"
 )
+# The same stamp inside the line: `-o` prints a reason "first\nsecond" as "first [u@t]   second"
+_STAMP = re.compile(r" \[[^@\]]*@(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d|Unknown|None)\] +")
 # The keys a Node is made of: their values never contain a space, and each is found by one
 # str.find (C) in what is left of the line once the reason is cut out. The whole-cluster poll
 # parses tens of thousands of lines; a regex over every token took several times as long.
@@ -182,7 +184,9 @@ def parse_node_line(line: str, strict: bool = True) -> Node:
             raise AmbiguousReason(f"unexpected scontrol output for {line[9:].split(' ')[0]}: "
                                   f"a reason -o cannot show on one line: {line[at + 8:][:60]!r}")
         else:
-            reason, head = line[at + 8:], line[:at]
+            # The stamp stands where the line break was: put the line break back, so that
+            # the reason reads as the foreign one it is (reasons.is_owned)
+            reason, head = _STAMP.sub("\n", line[at + 8:], count=1), line[:at]
     fields: dict[str, str] = {}
     head = " " + head
     for key, needle in _NEEDLES:

@@ -17,9 +17,9 @@ multiplies the same seeded matrices, per configured dtype, and is judged on four
   exist, against the fleet median of nodes with the same profile. On CPU "devices" (threads that
   share cores with everything else) a straggler is noise, so it is a WARN and never a drain. The
   fleet is data from strangers (other nodes' documents in the shared directory): only documents
-  that validate, that root wrote, one per distinct node, count; too few of them and there is no
-  fleet; outliers are dropped by the median absolute deviation before the median is taken; and a
-  node below the fleet fails only if a second measurement, on the node itself, confirms it.
+  that validate, that root wrote, one per distinct node that Slurm lists, count; too few of them
+  and there is no fleet; outliers are dropped by the median absolute deviation before the median
+  is taken; and a node below the fleet is only warned: its own profile floor is what fails it.
 * errors: an allocation failure or a device that stops making progress (a per-device watchdog,
   far sooner than the check's own timeout) is named as itself.
 

@@ -53,3 +53,33 @@ def test_check_without_a_config_file_uses_the_defaults(tmp_path):
                            env={**env, "AIRLOCK_CONFIG": str(tmp_path / "absent.toml")})
     assert named.returncode == 2
     assert named.stderr.strip() == f"airlock: config {tmp_path / 'absent.toml'}: file not found"
+
+
+def _verdict_check(verdict: str):
+    from airlock.checks import base
+
+    def check(ctx):
+        if verdict == "error":
+            return base.inconclusive("probe", "no verdict: the tool hung")
+        return (base.failed if verdict == "fail" else base.passed)("probe", verdict)
+    return check
+
+
+@pytest.mark.parametrize("verdict, rc", [("pass", 0), ("fail", 1), ("error", 2)])
+def test_check_exit_code_is_the_run_s_verdict(tmp_path, monkeypatch, verdict, rc):
+    """README: `airlock check` exits 0 on a pass, 1 on a failure, 2 when it could not see the
+    node (a check without a verdict is no pass), as it does for a config error."""
+    from click.testing import CliRunner
+
+    from airlock.checks import registry
+
+    monkeypatch.setattr(sys.modules[__name__], "probe", _verdict_check(verdict), raising=False)
+    spec = registry.CheckSpec("probe", registry.ALL, f"{__name__}:probe", timeout=5)
+    monkeypatch.setattr(registry, "for_level", lambda level, only=None: [spec])
+    conf = tmp_path / "airlock.toml"
+    conf.write_text(f'state_dir = "{tmp_path}/state"\nlog_dir = "{tmp_path}/log"\n')
+    from airlock.cli import cli
+
+    out = CliRunner().invoke(cli, ["--config", str(conf), "check", "--node", "n1", "--json"])
+    assert out.exit_code == rc, out.output
+    assert f'"verdict": "{verdict}"' in out.output

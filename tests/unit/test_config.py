@@ -111,3 +111,36 @@ def test_salvage_reads_what_a_hook_needs_from_a_broken_file(tmp_path, text, expe
 
 def test_salvage_of_a_missing_file_is_the_defaults(tmp_path):
     assert config.salvage(str(tmp_path / "nope"))["log_dir"] == "/var/log/airlock"
+
+
+def _gate(path) -> bool:
+    """registration.enabled as a hook reads it: the loaded config, else what salvage finds."""
+    try:
+        return config.load(path).registration.enabled
+    except ConfigError:
+        return config.salvage(str(path))["registration.enabled"]
+
+
+def test_a_torn_read_never_switches_the_gate_off(tmp_path):
+    """docs/guide.md: a hook that reads airlock.toml while it is rewritten in place sees only
+    the bytes written so far. Cut anywhere before the end of `enabled = false`, the gate stays
+    on: the cut value does not parse (and salvage does not read it), and every key not yet
+    written has its default, which keeps the gate on."""
+    from airlock import render
+
+    text = render.example_config()
+    on = "[registration]\n# quarantine new and rebooted nodes at slurmd start until their " \
+         "registration suite passes\nenabled = true\n"
+    assert on in text
+    text = text.replace(on, on.replace("enabled = true", "enabled = false"))
+    end = text.index("enabled = false") + len("enabled = false")
+    # every line end, and every byte of the [registration] table's lines
+    start = text.index("[registration]")
+    cuts = sorted({i + 1 for i, c in enumerate(text[:end]) if c == "\n"} |
+                  set(range(start, end)))
+    path = tmp_path / "airlock.toml"
+    for cut in cuts:
+        path.write_text(text[:cut])
+        assert _gate(path) is True, repr(text[max(0, cut - 40):cut])
+    path.write_text(text)
+    assert _gate(path) is False  # the whole file says what it says

@@ -147,3 +147,44 @@ def test_config_reference_meanings_are_the_code_s_own():
     differ = sorted(f"[{t}] {k}" for (t, k), text in code.items() if page.get((t, k)) != text)
     assert not differ, f"meaning in docs/config.md differs from the code's doc: {differ}"
     assert all(code.values()), [k for k, v in code.items() if not v]
+
+
+# --- docs/claims.md: each claim's tests exist ----------------------------------------------------
+TEST_REF = re.compile(r"`(tests/(?:unit|cluster)/[\w/]+\.py)::(\w+)`")
+
+
+def claims_rows() -> list[tuple[str, list[tuple[str, str]]]]:
+    """(claim number, [(test file, test function), ...]) for each row of the claims table."""
+    rows = []
+    for line in (DOCS / "claims.md").read_text().splitlines():
+        m = re.match(r"^\| (\d+) \|", line)
+        if m:
+            rows.append((m.group(1), TEST_REF.findall(line)))
+    return rows
+
+
+def test_every_test_docs_claims_names_exists():
+    """docs/claims.md maps each main claim of the README, the guide and the security page to
+    the tests that fail when it breaks: every one it names is a test function in that file,
+    and every row names at least one."""
+    import ast
+
+    root = DOCS.parent
+    rows = claims_rows()
+    assert len(rows) >= 50, len(rows)
+    numbers = [n for n, _ in rows]
+    assert numbers == [str(i) for i in range(1, len(rows) + 1)], numbers  # numbered in order
+    defined: dict[str, set[str]] = {}
+    missing = []
+    for number, refs in rows:
+        if not refs:
+            missing.append(f"claim {number}: names no test")
+        for path, name in refs:
+            if path not in defined:
+                file = root / path
+                tree = ast.parse(file.read_text()) if file.is_file() else ast.Module([], [])
+                defined[path] = {n.name for n in tree.body
+                                 if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
+            if name not in defined[path] or not name.startswith("test_"):
+                missing.append(f"claim {number}: {path}::{name}")
+    assert not missing, missing

@@ -57,3 +57,73 @@ def test_ondemand_does_not_load_click():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_nodes_drained_by_others_in_registration_failed_or_down_are_skipped(tmp_path):
+    """docs/guide.md, on demand: a node drained by someone else, in registration, already
+    failed or not responding is skipped (and named why), never isolated: with only such
+    targets no reservation is made, and exit 3 says nothing failed but some were skipped."""
+    from airlock.ondemand import run_group
+    from tests.unit.fakeslurm import FakeSlurm
+
+    fake = FakeSlurm(tmp_path / "slurm", nodes=())
+    fake.add("admin", flags=["DRAIN"], reason="disk swap")
+    fake.add("slurm", flags=["DRAIN"], reason="Prolog error")
+    fake.add("pending", flags=["DRAIN"], reason="airlock: pending standard check boot")
+    fake.add("failed", flags=["DRAIN"], reason="airlock: FAIL gpu_count 7 GPUs")
+    fake.add("down", state="DOWN", flags=["NOT_RESPONDING"], reason="Not responding")
+    cfg = config.from_dict({"state_dir": str(tmp_path / "state"),
+                            "slurm": {"bin_dir": fake.bin_dir}})
+    report = run_group(cfg, nodes_expr="admin,slurm,pending,failed,down", echo=lambda _m: None)
+    why = {t.name: (t.status, t.why) for t in report.targets}
+    assert why == {
+        "admin": ("skipped", "drained by someone else: 'disk swap'"),
+        "slurm": ("skipped", "drained by someone else: 'Prolog error'"),
+        "pending": ("skipped", "registration check in progress"),
+        "failed": ("skipped", "already drained by airlock: 'airlock: FAIL gpu_count 7 GPUs' "
+                              "(recovery handles it)"),
+        "down": ("skipped", "not responding (DOWN+NOT_RESPONDING)"),
+    }, why
+    assert report.exit_code == 3
+    assert [c["verb"] for c in fake.calls()] == ["show"]  # no reservation, no update
+
+
+def test_only_a_node_s_own_failure_drains_a_run_that_saw_less_is_inconclusive(tmp_path):
+    """docs/guide.md: a check proves only what it touched. A node whose level ended "error"
+    (a check without a verdict) is inconclusive, never drained and never counted as passed
+    for the group test; one with no answer at all is inconclusive too; only a node's own FAIL
+    drains. The workers' answers are srun's output as the node workers print it."""
+    import io
+
+    from airlock import finish, protocol
+    from airlock.ondemand import GroupTarget, _apply, _local_level
+    from airlock.slurm import Slurm
+    from tests.unit.fakeslurm import FakeSlurm
+
+    def run(node, verdict, check=None):
+        rec = {"check": check or "gpu_count", "verdict": verdict, "detail": f"{verdict} here"}
+        if verdict == "error":
+            rec["detail"] = "no verdict: cut to 0.4s by the budget and ran out of it"
+        return finish.summarize(node, "standard", "ondemand", [rec], 0.0)
+
+    out = io.StringIO()
+    for doc in (run("n1", "pass"), run("n2", "error", "burnin"), run("n3", "fail")):
+        protocol.emit(protocol.NODE, doc, stream=out)
+
+    class Launcher:  # srun's answer: n4 was launched but printed nothing
+        def srun(self, nodes, args, timeout, name):
+            return 1, out.getvalue(), "srun: error: n4: task 0: Killed\n"
+
+    fake = FakeSlurm(tmp_path / "slurm", nodes=["n1", "n2", "n3", "n4"])
+    cfg = config.from_dict({"state_dir": str(tmp_path / "state"),
+                            "slurm": {"bin_dir": fake.bin_dir}})
+    targets = {n: GroupTarget(n, "127.0.0.1") for n in ("n1", "n2", "n3", "n4")}
+    passed = _local_level(cfg, Launcher(), targets, list(targets), "standard", None,
+                          lambda _m: None)
+    assert passed == ["n1"]
+    status = {n: t.status for n, t in targets.items()}
+    assert status == {"n1": "pass", "n2": "inconclusive", "n3": "fail", "n4": "inconclusive"}
+    assert targets["n2"].why.startswith("not seen: burnin (no verdict")
+    _apply(Slurm(bin_dir=fake.bin_dir), targets, lambda _m: None)
+    assert fake.updates() == [["nodename=n3", "state=drain",
+                               "reason=airlock: FAIL gpu_count fail here"]]

@@ -57,6 +57,33 @@ def test_a_cpu_only_job_on_a_shared_node_is_judged_by_its_own_processes():
     assert out.failed and out.detail == "gpu1 4096 MiB still in use"  # gpu0 is someone else's
 
 
+def test_the_epilog_of_a_job_without_gpus_never_blames_another_job_s_process(fake_node):
+    """docs/guide.md, Epilog: a job without GPU gres (no SLURM_JOB_GPUS, a CPU job on a node
+    others share) is judged by its own processes only. The hook as slurmd runs it, a live
+    process on gpu0 that is not the job's (another uid), then the same process as the job's."""
+    import json
+
+    node = fake_node()
+    node.prove()
+    node.write_config("[epilog]\nprocess_grace = 0\n")
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        entry = json.loads(node.sim.read_text())
+        gpu0 = entry["nodes"][node.name]["gpus"][0]
+        gpu0.update(compute_pids=[other.pid], memory_used_mib=30000)
+        node.sim.write_text(json.dumps(entry))
+        shared = node.run("epilog", job="41", SLURM_JOB_UID="65534")
+        assert shared.returncode == 0 and "epilog pass" in shared.stderr, shared.stderr
+        assert node.slurm.updates() == []
+        own = node.run("epilog", job="42", SLURM_JOB_UID=str(os.getuid()))
+        assert "FAIL gpu_released" in own.stderr, own.stderr
+        assert node.slurm.node(node.name)["reason"] == (
+            f"airlock: FAIL gpu_released gpu0 pid {other.pid} still running (epilog job 42)")
+    finally:
+        other.kill()
+        other.wait()
+
+
 def test_job_processes_are_told_by_cgroup_then_uid(tmp_path):
     proc = tmp_path / "proc"
     for pid, cgroup, uid in ((1, "0::/system.slice/slurmstepd.scope/job_42/step_0/user/task_0",

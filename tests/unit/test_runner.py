@@ -8,6 +8,7 @@ ran out of it) is "error": Airlock's own trouble, named, never a FAIL.
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -16,6 +17,7 @@ from airlock import config, finish
 from airlock.checks import registry
 from airlock.checks.base import Verdict, passed
 from airlock.runner import run_level
+from tests.unit.fakenode import wait_for
 
 
 def slow_pass(ctx):
@@ -91,3 +93,47 @@ def test_error_ranks_below_fail_and_above_warn():
     assert worst([o(Verdict.WARN), o(Verdict.ERROR)]) is Verdict.ERROR
     assert worst([o(Verdict.ERROR), o(Verdict.FAIL)]) is Verdict.FAIL
     assert worst([o(Verdict.PASS), o(Verdict.SKIP)]) is Verdict.PASS
+
+
+# --- what the hooks do with a run that did not see everything (docs/guide.md) -----------------
+# The last quick check hangs; the hook's budget cuts its slice short, so it ends without a
+# verdict: the run is "error", never a pass and never a hardware failure.
+STARVED = {"hang_check": "memory"}
+
+
+@pytest.mark.parametrize("hook, rc", [("healthcheck", 1), ("prolog", 0)])
+def test_a_proven_node_is_never_drained_for_a_check_without_time(fake_node, hook, rc):
+    """Proven boot: open. No drain, the job runs, the run is stored as "error", and the gap is
+    the hook's own error (errors.json, from there status, metrics and doctor)."""
+    node = fake_node(faults=STARVED)
+    node.prove()
+    node.write_config(f"[{hook}]\nbudget = 1.5\n")
+    out = node.run(hook)
+    assert out.returncode == rc, out.stderr
+    assert node.slurm.updates() == [] and node.slurm.node("n1")["reason"] == ""
+    errors = json.loads((node.root / "state" / "errors.json").read_text())
+    # (memory, or on a machine slow enough, a check before it too: whatever had no time)
+    message = errors[hook]["message"]
+    assert message.startswith(f"fail open: {hook} not seen: ") and "memory (" in message, errors
+    latest = json.loads((node.root / "state" / "latest.json").read_text())
+    assert latest["verdict"] == "error" and "memory" in latest["unseen"], latest
+
+
+def test_a_registration_without_time_for_a_check_is_no_proof(fake_node):
+    """Unproven boot: closed. The registration run that did not see every check stays drained
+    with an own-error reason (`airlock: FAIL suite not seen: ...`) and proves nothing: the
+    prolog still refuses jobs."""
+    node = fake_node(faults=STARVED)
+    node.write_config('[registration]\nlevel = "quick"\nsuite_timeout = 3\n')
+    out = node.run("healthcheck")
+    assert out.returncode == 0, out.stderr
+    wait_for(lambda: (node.record() or {}).get("status") == "done", 60, "the suite's verdict")
+    record = node.record()
+    assert record["verdict"] == "error", record
+    wait_for(lambda: not node.record()["slurm_pending"], 30, "the suite's drain")
+    n1 = node.slurm.node("n1")
+    assert "DRAIN" in n1["flags"], n1
+    reason = n1["reason"]
+    assert reason.startswith("airlock: FAIL suite not seen: ") and "memory (" in reason, n1
+    refused = node.run("prolog")
+    assert refused.returncode == 1 and "refused, this boot is not proven" in refused.stderr

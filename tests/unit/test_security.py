@@ -284,6 +284,31 @@ def test_metrics_textfile_temporary_name_cannot_be_planted(tmp_path):
     assert target.stat().st_mode & 0o777 == 0o644
 
 
+def test_an_atomic_write_cannot_be_stopped_or_redirected_by_a_guessable_name(tmp_path):
+    """docs/security.md: every temporary file of an atomic write (results, node state, metrics,
+    rendered files) has a random name created with O_EXCL. Every name a temporary file could be
+    guessed to have is planted here, as a link to a victim and as a file a user owns."""
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    folder = tmp_path / "state"
+    folder.mkdir()
+    pid, tid = os.getpid(), threading.get_ident()
+    guesses = [".latest.json.tmp", "latest.json.tmp", "latest.json~", ".latest.json",
+               f"latest.json.{pid}", f".latest.json.{pid}", f".latest.json.{pid}.tmp",
+               f"latest.json.{pid}.tmp", f"latest.json.{pid}.{tid}", ".latest.json.swp"]
+    for i, name in enumerate(guesses):
+        if i % 2:
+            (folder / name).symlink_to(victim)
+        else:
+            (folder / name).write_text("planted")
+            os.chown(folder / name, NOBODY, NOBODY)
+    for n in range(3):
+        paths.atomic_write(folder / "latest.json", {"run": n})
+    assert json.loads((folder / "latest.json").read_text()) == {"run": 2}
+    assert victim.read_text() == "precious\n"
+    assert sorted(p.name for p in folder.iterdir()) == sorted([*guesses, "latest.json"])
+
+
 def test_controller_textfile_dir_is_never_literally_named_node(tmp_path):
     """Issue 12: a directory named {node} was created for the controller's file."""
     from airlock import metrics
@@ -523,6 +548,50 @@ def test_a_member_without_the_secret_cannot_join_or_read_the_store(tmp_path):
     # the launcher refuses a multi-node group with no secret at all
     with pytest.raises(rendezvous.RendezvousError, match="needs the run's secret"):
         dist.launch("127.0.0.1", port, 4, 2, 2, dist.SweepParams([1024], timeout=5))
+
+
+def test_a_member_never_talks_to_an_impostor_host():
+    """docs/security.md: the challenge goes both ways, so a member never talks to an impostor
+    host. The impostor here speaks the handshake and takes whatever the member proves, but
+    cannot prove the run's secret back: the member refuses it before any store traffic."""
+    from airlock.dist import rendezvous
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    port = listener.getsockname()[1]
+    after_handshake: list[bytes] = []
+
+    def impostor() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                conn.settimeout(5)
+                try:
+                    conn.sendall(rendezvous.HELLO + os.urandom(rendezvous.NONCE))
+                    rendezvous._recv_exact(conn, rendezvous.NONCE + 32)  # the member's proof
+                    conn.sendall(os.urandom(32))  # a host proof it cannot compute
+                    after_handshake.append(conn.recv(4096))  # what a fooled member would send
+                except OSError:
+                    pass
+
+    t = threading.Thread(target=impostor, daemon=True)
+    t.start()
+    try:
+        with pytest.raises(rendezvous.RendezvousError,
+                           match="the group's host could not prove the run's secret"):
+            rendezvous.member("127.0.0.1", port, 5.0, b"k" * 64)
+    finally:
+        try:
+            listener.shutdown(socket.SHUT_RDWR)  # wakes the accept
+        except OSError:
+            pass
+        listener.close()
+        t.join(10)
+    assert after_handshake in ([], [b""])  # the member closed: no store request reached it
 
 
 def test_secret_file_must_be_root_only(tmp_path):

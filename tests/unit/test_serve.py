@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -282,6 +283,35 @@ def test_metrics_are_the_controller_families(api):
     assert 'airlock_node_own_error{node="node3"} 1.0' in text
     assert 'airlock_condition_nodes{condition="pending"} 1.0' in text
     assert api.get("/healthz").json()["ok"] is True
+
+
+def test_polling_the_list_metrics_and_fleet_never_reaches_slurm(recorded, tmp_path):
+    """docs/security.md: the node list, /metrics and the fleet are answered from memory (the
+    status is read in the background every [serve] refresh seconds), so polling them never
+    reaches Slurm."""
+    with client(recorded, tmp_path) as api:
+        assert api.get("/api/v1/nodes").status_code == 200  # the first read has been made
+        recorded.slurm.clear_log()
+        for _ in range(5):
+            for path in ("/api/v1/nodes", "/api/v1/nodes?state=failed", "/metrics",
+                         "/api/v1/fleet", "/healthz"):
+                assert api.get(path).status_code == 200, path
+        assert recorded.slurm.calls() == []
+
+
+def test_the_console_writes_what_the_api_says_as_text_never_as_html():
+    """docs/security.md: the console writes everything from the API as text (textContent),
+    never as HTML: node reasons are whatever an admin or Slurm typed. (The browser test's
+    reasons hold no markup, so it would not notice an HTML sink: this looks for one.)"""
+    console = Path(__file__).resolve().parents[2] / "airlock" / "serve" / "console"
+    sinks = re.compile(r"\.(inner|outer)HTML\b|insertAdjacentHTML|document\.write|"
+                       r"createContextualFragment|DOMParser|srcdoc|\beval\(|new Function\(")
+    script = (console / "console.js").read_text()
+    found = [(n, line.strip()) for n, line in enumerate(script.splitlines(), 1)
+             if sinks.search(line)]
+    assert found == [], found
+    assert 'if (k === "text") node.textContent = String(v);' in script  # el()'s text path
+    assert "<script>" not in (console / "index.html").read_text()  # no inline script either
 
 
 # --- tokens, the Guard, bad input -------------------------------------------------------------

@@ -77,3 +77,22 @@ def test_hooks_find_scontrol_without_path(tmp_path, monkeypatch):
     monkeypatch.delenv("PATH", raising=False)
     found = Slurm().binary("scontrol")
     assert os.path.isabs(found) and os.access(found, os.X_OK)
+
+
+def test_without_path_the_usual_install_dirs_are_searched(tmp_path, monkeypatch):
+    """Slurm gives the hooks no PATH (docs/guide.md): a tool outside Python's default path
+    (/usr/local/bin, /opt/slurm/bin, /usr/sbin, ...) is found in Airlock's own search list.
+    Here the list is two temporary folders and the tool a name no system has."""
+    from airlock import slurm as slurm_mod
+
+    first, second = tmp_path / "opt-slurm-bin", tmp_path / "usr-sbin"
+    first.mkdir()
+    second.mkdir()
+    tool = second / "airlock-test-scontrol"
+    tool.write_text("#!/bin/sh\nexit 0\n")
+    tool.chmod(0o755)
+    monkeypatch.setattr(slurm_mod, "SEARCH_DIRS", (str(first), str(second)))
+    monkeypatch.delenv("PATH", raising=False)
+    assert Slurm().binary("airlock-test-scontrol") == str(tool)
+    with pytest.raises(SlurmError, match="not found on PATH or in"):
+        Slurm().binary("airlock-test-sinfo")

@@ -120,11 +120,33 @@ def test_reason_with_line_break(version):
     with pytest.raises(AmbiguousReason, match="cannot show on one line"):
         parse_show_node(text)
     (lenient,) = parse_show_node(text, strict=False)
-    assert lenient.reason.startswith("first line [root@") and lenient.reason.endswith("second line")
+    assert lenient.reason == "first line\nsecond line"  # as --json reads it, line break and all
     assert lenient.drained and lenient.foreign_drain and not lenient.owned
     if version in JSON_RELEASES:
         (exact,) = parse_node_json((DATA / version / "newline-reason.json").read_text())
         assert exact.reason == "first line\nsecond line" and exact.foreign_drain
+
+
+@pytest.mark.parametrize("version", RELEASES)
+def test_a_reason_with_a_line_break_is_never_airlock_s(version):
+    """docs/guide.md, Supported Slurm: a reason with a line break is a foreign reason, which
+    Airlock never touches, even when its first line starts with `airlock:` (someone pasted
+    one): Airlock's own reasons are one line (reasons.clean), so it is not Airlock's claim,
+    and a passing registration must not resume it. Read with `-o` (22.05: the line break
+    shows as the reason's stamp in the middle) and, where there is one, with --json."""
+    from airlock import drains
+
+    pasted = "airlock: pending standard check boot"
+    text = (DATA / version / "newline-reason-o.txt").read_text().replace("first line", pasted)
+    nodes = list(parse_show_node(text, strict=False))
+    if version in JSON_RELEASES:
+        nodes += parse_node_json((DATA / version / "newline-reason.json").read_text()
+                                 .replace("first line", pasted))
+    for n in nodes:
+        assert n.drained and n.foreign_drain and not n.owned and n.claim is None, n
+        assert not drains.releasable(n.claim)
+        assert n.reason == pasted + "\nsecond line", n.reason  # its text, line break and all
+    assert not reasons.is_owned(pasted + "\nsecond line")
 
 
 @pytest.mark.parametrize("version", JSON_RELEASES)
