@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -322,11 +323,15 @@ def test_resume_that_fails_once_is_retried_by_the_next_hook(cluster_factory):
     assert rec["verdict"] in PASSED and rec["slurm_pending"] == "resume", rec
     c.start_controller()
     wait_proven(c, "node2", timeout=90)
-    # Made by whichever comes first: the next hook run, or the finished suite, which keeps
-    # trying in the background (with HealthCheckInterval=0 no hook would run again).
     c.wait(lambda: state.load()["slurm_pending"] == "", 30, "the record settled")
-    assert "pending resume: resumed" in log(c, "node2") or \
-        "the Slurm update left pending is made" in suite_log.read_text()
+    # Made by whichever comes first: the next hook run, or the finished suite, which keeps
+    # trying in the background (with HealthCheckInterval=0 no hook would run again). A
+    # registered FUTURE node that re-registers with the restarted slurmctld may come back
+    # without its drain (seen on 22.05: UNKNOWN+DRAIN, then IDLE): the hook then finds nothing
+    # to resume, which is as right, since the boot is proven.
+    hook, suite = log(c, "node2"), suite_log.read_text()
+    assert re.search(r"pending resume: (resumed|not drained)", hook) or \
+        "the Slurm update left pending is made" in suite, (hook, suite)
 
 
 @pytest.mark.slurm_variants(*DEFAULT_VARIANTS)
