@@ -691,7 +691,13 @@ class DevCluster:
         if self._ns:
             self._seen_ns.add(self._ns)
         if self._seen_ns:
-            marked.update(p for p in _all_pids() if _mount_ns(p) in self._seen_ns)
+            # A namespace id is an inode number the kernel reuses once the namespace is gone,
+            # so one we saw can be another cluster's now: its marked processes are never ours,
+            # and an id with nobody left in it is forgotten before it can be reused.
+            in_seen = [p for p in _all_pids() if _mount_ns(p) in self._seen_ns]
+            marked.update(p for p in in_seen if not _foreign(p, str(self.root)))
+            held = {_mount_ns(p) for p in in_seen}
+            self._seen_ns = {ns for ns in self._seen_ns if ns in held or ns == self._ns}
         marked.discard(me)
         return sorted(p for p in marked if _alive(p))
 
@@ -752,7 +758,7 @@ class DevCluster:
                 if m == str(self.root) or m.startswith(prefixes)]
         for ns in sorted(self._seen_ns | ({self._ns} if self._ns else set())):
             left += [f"{ns} held by pid {p} ({' '.join(_cmdline(p))[:80]})"
-                     for p in _pids_in_mount_ns(ns)]
+                     for p in _pids_in_mount_ns(ns) if not _foreign(p, str(self.root))]
         return left
 
     # --- using it ----------------------------------------------------------------------------
@@ -880,6 +886,17 @@ def _pids_in_mount_ns(ns: str) -> list[int]:
 
 def pid_is_ours(pid: int, root: str) -> bool:
     return pid in _pids_with_marker(root)
+
+
+def _foreign(pid: int, root: str) -> bool:
+    """Whether a process carries another dev cluster's marker (so is that cluster's)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            env = fh.read().split(b"\0")
+    except OSError:
+        return False
+    prefix = f"{MARKER}=".encode()
+    return any(e.startswith(prefix) and e != prefix + root.encode() for e in env)
 
 
 def _pids_with_marker(root: str) -> list[int]:
