@@ -32,6 +32,7 @@ from pathlib import Path
 
 import pytest
 
+from airlock import config as config_mod
 from airlock.dev.cluster import DevCluster
 
 HERE = Path(__file__).parent
@@ -106,9 +107,26 @@ def variant_kwargs(variant: str) -> dict:
     return dict(VARIANTS[variant])
 
 
+def host_run_file(c: DevCluster) -> str:
+    """Where a hook run without the cluster's $AIRLOCK_RUNTIME_DIR would keep this cluster's
+    config essentials: the host's /run, which a test must never write."""
+    saved = os.environ.pop(config_mod.RUNTIME_ENV, None)
+    try:
+        return config_mod._memory(str(c.airlock_conf))
+    finally:
+        if saved is not None:
+            os.environ[config_mod.RUNTIME_ENV] = saved
+
+
 def check_gone(c: DevCluster) -> list[str]:
-    """What of a stopped cluster is still there: processes, then mounts."""
-    return [f"process {p}" for p in c.leftovers()] + [f"mount {m}" for m in c.leftover_mounts()]
+    """What of a stopped cluster is still there: processes, mounts, and a file in the host's
+    /run (removed once reported)."""
+    left = [f"process {p}" for p in c.leftovers()] + [f"mount {m}" for m in c.leftover_mounts()]
+    host = host_run_file(c)
+    if os.path.lexists(host):
+        os.unlink(host)
+        left.append(f"host file {host} (a hook ran without the cluster's AIRLOCK_RUNTIME_DIR)")
+    return left
 
 
 @contextmanager

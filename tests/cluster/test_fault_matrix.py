@@ -85,10 +85,12 @@ def started_after_pass(c, name, job) -> None:
 
 
 def run_hook(c, name, hook="healthcheck", prefix=(), **env):
-    """A hook run as slurmd runs it: almost no environment, and the dev cluster's marker so
-    that anything it starts is found and stopped with the cluster."""
+    """A hook run as slurmd runs it: almost no environment, the dev cluster's marker so that
+    anything it starts is found and stopped with the cluster, and the cluster's runtime dir
+    as its wrappers give it (the config essentials a hook keeps never go to the host's /run)."""
     e = {"SLURMD_NODENAME": name, "AIRLOCK_CONFIG": str(c.airlock_conf),
-         "AIRLOCK_DEVCLUSTER": str(c.root), **env}
+         "AIRLOCK_DEVCLUSTER": str(c.root),
+         "AIRLOCK_RUNTIME_DIR": str(c.root / "run" / "airlock"), **env}
     return subprocess.run([*prefix, sys.executable, "-m", f"airlock.hooks.{hook}"], env=e,
                           capture_output=True, text=True, timeout=90)
 
