@@ -34,6 +34,7 @@ from airlock import boot as boot_mod
 from airlock import config, drains
 from airlock.hooks import gate
 from airlock.hooks.common import Hook
+from airlock.hooks.healthcheck import SETTLE_S
 from airlock.nodestate import RUNNING, NodeState, Proof
 from airlock.registration import Suite
 from tests.cluster.conftest import DEFAULT_VARIANTS, RELEASES
@@ -285,6 +286,15 @@ def test_wall_clock_step_is_not_a_reboot(cluster_factory):
         pytest.fail("faketime is needed (scripts/setup.sh installs it)")
     c = cluster_factory(nodes=["node1"], health_interval=3600, airlock=QUICK)
     proof = wait_proven(c, "node1")
+    # Until SETTLE_S after the pass a hook still reads Slurm once (settle_claim); settled here,
+    # on the real clock, so the stepped runs below are the pass path alone. (Under faketime
+    # with a real monotonic clock, libfaketime 0.9.10 makes every Python time.sleep fail with
+    # EINVAL, which a Slurm call's wait for its child can hit.)
+    settled_at = float(proof["finished_uptime"]) + SETTLE_S + 1
+    c.wait(lambda: time.clock_gettime(time.CLOCK_BOOTTIME) >= settled_at, SETTLE_S + 30,
+           "the proof old enough to settle")
+    settle = run_hook(c, "node1")
+    assert settle.returncode == 0, settle.stderr
     job = c.sbatch("sleep 30", "-w", "node1")
     wait_job(c, job, "RUNNING", 30)
     for step in ("+45s", "-45s"):
