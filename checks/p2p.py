@@ -89,7 +89,7 @@ def check_p2p(ctx) -> Outcome:
     import torch  # in the check's own process only
 
     s = ctx.cfg.p2p
-    none = no_gpus(ctx)
+    none = no_gpus(ctx, CHECK)
     if none is not None:
         return none
     where = device_plan(ctx, torch, s.cpu_devices)

@@ -166,17 +166,17 @@ def _sync(torch, devices: list[str]) -> None:
             torch.cuda.synchronize(d)
 
 
-def no_gpus(ctx) -> Outcome | None:
+def no_gpus(ctx, check: str) -> Outcome | None:
     """The outcome for a node with no GPU, none expected (the `cpu` profile): nothing on PCIe or
     NVLink to measure, so the check skips without starting torch; None otherwise (the device
     plan decides, and a GPU node whose NVML cannot be read fails there)."""
-    snap = snapshot_or_outcome(ctx, CHECK)
+    snap = snapshot_or_outcome(ctx, check)
     if isinstance(snap, Outcome):
         return None
     override = ctx.cfg.profile.expected_gpus
     expected = override if override >= 0 else ctx.profile.gpus
     if snap.count == 0 and expected == 0:
-        return skipped(CHECK, "no GPUs: no PCIe link or GPU pair to measure")
+        return skipped(check, "no GPUs: no PCIe link or GPU pair to measure")
     return None
 
 
@@ -205,7 +205,7 @@ def check_pcie_bw(ctx) -> Outcome:
     import torch  # in the check's own process only
 
     s = ctx.cfg.pcie_bw
-    none = no_gpus(ctx)
+    none = no_gpus(ctx, CHECK)
     if none is not None:
         return none
     where = device_plan(ctx, torch, s.cpu_devices)

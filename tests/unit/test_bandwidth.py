@@ -128,3 +128,12 @@ def test_injected_slow_pair_is_named(tmp_path):
 def test_a_node_without_gpus_has_nothing_to_measure(tmp_path, check):
     out = check(_ctx(tmp_path, cuda=None, node_gpus=0))
     assert out.verdict is Verdict.SKIP and out.detail.startswith("no GPUs")
+
+
+@pytest.mark.parametrize("check, name", [(pcie_bw.check_pcie_bw, "pcie_bw"),
+                                         (p2p.check_p2p, "p2p")])
+@pytest.mark.parametrize("node_gpus, cuda", [(0, None), (8, None), (8, {"stand_in": True})])
+def test_every_outcome_is_recorded_under_its_own_check(tmp_path, check, name, node_gpus, cuda):
+    """The record's name is the outcome's: p2p's skip on a GPU-less node once said pcie_bw."""
+    out = check(_ctx(tmp_path, cuda=cuda, node_gpus=node_gpus))
+    assert out.check == name, out
