@@ -22,9 +22,7 @@ import statistics
 from typing import Any, NamedTuple
 
 from airlock.checks.base import Outcome, failed, passed, skipped, warned
-from airlock.checks.devices import plan as device_plan
-from airlock.checks.devices import unusable
-from airlock.checks.pcie_bw import MIB, no_gpus, single_threaded, timed_copies
+from airlock.checks.pcie_bw import MIB, copy_devices, timed_copies
 
 CHECK = "p2p"
 
@@ -89,15 +87,10 @@ def check_p2p(ctx) -> Outcome:
     import torch  # in the check's own process only
 
     s = ctx.cfg.p2p
-    none = no_gpus(ctx, CHECK)
-    if none is not None:
-        return none
-    where = device_plan(ctx, torch, s.cpu_devices)
-    if where.problem:
-        return unusable(CHECK, where)
+    where = copy_devices(ctx, torch, CHECK, s.cpu_devices)
+    if isinstance(where, Outcome):
+        return where
     on_gpu = where.on_gpu
-    if not on_gpu:
-        single_threaded(torch)
     devices = list(where.devices)
     size = (s.size_mib if on_gpu else s.cpu_size_mib) * MIB
     iters = s.deep_iters if ctx.level == "deep" else s.iters

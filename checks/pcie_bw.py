@@ -27,8 +27,8 @@ import time
 from typing import Any, NamedTuple
 
 from airlock.checks.base import Outcome, failed, passed, skipped, warned
+from airlock.checks.devices import DevicePlan, unusable
 from airlock.checks.devices import plan as device_plan
-from airlock.checks.devices import unusable
 from airlock.checks.nvml_checks import snapshot_or_outcome
 from airlock.faults import device_arg
 
@@ -186,6 +186,20 @@ def single_threaded(torch) -> None:
     torch.set_num_threads(1)
 
 
+def copy_devices(ctx, torch, check: str, cpu_devices: int) -> DevicePlan | Outcome:
+    """Where a copy-bandwidth check (this one, p2p) runs: the device plan, or the outcome that
+    ends the check first (no GPU and none expected: skip; GPUs CUDA cannot use: fail)."""
+    none = no_gpus(ctx, check)
+    if none is not None:
+        return none
+    where = device_plan(ctx, torch, cpu_devices)
+    if where.problem:
+        return unusable(check, where)
+    if not where.on_gpu:
+        single_threaded(torch)
+    return where
+
+
 def measure_device(torch, device: str, size_mib: int, iters: int, factor: float) -> tuple[float,
                                                                                            float]:
     n = size_mib * MIB
@@ -205,15 +219,10 @@ def check_pcie_bw(ctx) -> Outcome:
     import torch  # in the check's own process only
 
     s = ctx.cfg.pcie_bw
-    none = no_gpus(ctx, CHECK)
-    if none is not None:
-        return none
-    where = device_plan(ctx, torch, s.cpu_devices)
-    if where.problem:
-        return unusable(CHECK, where)
+    where = copy_devices(ctx, torch, CHECK, s.cpu_devices)
+    if isinstance(where, Outcome):
+        return where
     on_gpu = where.on_gpu
-    if not on_gpu:
-        single_threaded(torch)
     size = s.size_mib if on_gpu else s.cpu_size_mib
     iters = s.deep_iters if ctx.level == "deep" else s.iters
     slow = device_arg(ctx.fault("pcie_slow"), 0.3)

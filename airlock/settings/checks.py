@@ -345,7 +345,21 @@ class LoopbackSection(Section):
             raise ValueError(f"tcp_port: must be between 1024 and 65000, got {self.tcp_port}")
 
 
-class PcieBwSection(Section):
+class _CopyBandwidthSection(Section):
+    """What [pcie_bw] and [p2p] share: the same knobs, validated alike (keys in each section,
+    where their words differ)."""
+
+    def validate(self) -> None:
+        for key in ("size_mib", "iters", "deep_iters", "cpu_devices", "cpu_size_mib"):
+            if getattr(self, key) <= 0:
+                raise ValueError(f"{key}: must be > 0, got {getattr(self, key)}")
+        for key in ("straggler_fraction", "cpu_straggler_fraction"):
+            if not 0 <= getattr(self, key) <= 1:
+                raise ValueError(f"{key}: must be between 0 and 1")
+        positive(self.timeout, "timeout")
+
+
+class PcieBwSection(_CopyBandwidthSection):
     """[pcie_bw]: host<->device copy bandwidth per GPU (checks/pcie_bw.py)."""
     size_mib: int = setting(256, 'GPU: bytes per copy, MiB (pinned host memory)')
     iters: int = setting(10, 'timed copies per direction and device at level standard')
@@ -361,17 +375,8 @@ class PcieBwSection(Section):
         'memory bandwidth and cores with everything else, so 2x is noise there')
     timeout: float = setting(300.0, 'whole check, seconds')
 
-    def validate(self) -> None:
-        for key in ("size_mib", "iters", "deep_iters", "cpu_devices", "cpu_size_mib"):
-            if getattr(self, key) <= 0:
-                raise ValueError(f"{key}: must be > 0, got {getattr(self, key)}")
-        for key in ("straggler_fraction", "cpu_straggler_fraction"):
-            if not 0 <= getattr(self, key) <= 1:
-                raise ValueError(f"{key}: must be between 0 and 1")
-        positive(self.timeout, "timeout")
 
-
-class P2pSection(Section):
+class P2pSection(_CopyBandwidthSection):
     """[p2p]: GPU-to-GPU copy bandwidth of every ordered pair (checks/p2p.py)."""
     size_mib: int = setting(256, 'GPU: bytes per copy, MiB')
     iters: int = setting(10, 'timed copies per pair at level standard')
@@ -386,15 +391,6 @@ class P2pSection(Section):
         "the same for the dev cluster's CPU stand-ins (a warning only): host copies share "
         'memory bandwidth and cores with everything else, so 2x is noise there')
     timeout: float = setting(600.0, 'whole check, seconds')
-
-    def validate(self) -> None:
-        for key in ("size_mib", "iters", "deep_iters", "cpu_devices", "cpu_size_mib"):
-            if getattr(self, key) <= 0:
-                raise ValueError(f"{key}: must be > 0, got {getattr(self, key)}")
-        for key in ("straggler_fraction", "cpu_straggler_fraction"):
-            if not 0 <= getattr(self, key) <= 1:
-                raise ValueError(f"{key}: must be between 0 and 1")
-        positive(self.timeout, "timeout")
 
 
 # The facts checks/drift.py compares with the fleet.
