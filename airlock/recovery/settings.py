@@ -6,11 +6,10 @@ Provider names use hyphens (`provider = "aws-hyperpod"`), their sub-tables under
 
 from __future__ import annotations
 
-import ipaddress
 import math
 from urllib.parse import urlparse
 
-from airlock.settings import Section, setting
+from airlock.settings import Section, is_loopback, setting
 
 PROVIDERS = ("http", "command", "aws-hyperpod", "hyperpod-slurm", "slurm-power", "none")
 REBOOT_VIA = ("slurm", "provider")
@@ -51,22 +50,13 @@ class HttpSettings(Section):
         requests (and the bearer token they carry); [] when nothing does."""
         out = []
         u = urlparse(self.url)
-        if u.scheme == "http" and not _loopback(u.hostname or ""):
+        if u.scheme == "http" and not is_loopback(u.hostname or ""):
             out.append(f"url: http:// to {u.hostname} sends the token and the node names in "
                        "clear text; use https://")
         if not self.verify:
             out.append("verify = false: any server can pose as the recovery API; use ca_bundle "
                        "for a private CA")
         return out
-
-
-def _loopback(host: str) -> bool:
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class CommandSettings(Section):

@@ -22,7 +22,6 @@ import os
 
 from airlock.errors import ConfigError
 from airlock.recovery.providers.http import token_file_problem
-from airlock.settings.serve import is_loopback
 
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
        "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'")
@@ -173,7 +172,3 @@ class Guard:
                     "headers": [(b"content-type", b"application/json"),
                                 (b"content-length", str(len(body)).encode()), *HEADERS]})
         await send({"type": "http.response.body", "body": body})
-
-
-def loopback(host: str) -> bool:
-    return is_loopback(host)

@@ -115,3 +115,15 @@ def choice(value: str, choices: tuple[str, ...], name: str) -> None:
 def in_range(value: float, name: str, low: float, high: float) -> None:
     if not low <= value <= high:
         raise ValueError(f"{name}: must be between {low:g} and {high:g}, got {value}")
+
+
+def is_loopback(host: str) -> bool:
+    """localhost (any case) or a loopback IP address; a name is never resolved."""
+    import ipaddress  # the hooks import this module: only listen and URL checks need it
+
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

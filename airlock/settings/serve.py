@@ -8,7 +8,7 @@ from __future__ import annotations
 import ipaddress
 import math
 
-from airlock.settings import Section, setting
+from airlock.settings import Section, is_loopback, setting
 
 DEFAULT_LISTEN = "127.0.0.1:9642"
 
@@ -31,15 +31,6 @@ def parse_listen(text: str) -> tuple[str, int]:
             raise ValueError(f"listen {text!r}: the host must be an IP address or "
                              "localhost") from None
     return host, number
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class ServeSection(Section):
