@@ -31,11 +31,11 @@ from __future__ import annotations
 
 import math
 import os
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
+from airlock import fanout
 from airlock.paths import (
     SafeDir,
     UnsafePath,
@@ -320,34 +320,15 @@ def read_node(cfg, node: str, history: int = 0) -> NodeResults:
 
 def read_many(cfg, nodes: list[str], history: int = 0,
               timeout: float = READ_TIMEOUT) -> dict[str, NodeResults]:
-    """read_node for many nodes; a read stuck on a hung filesystem is reported, not waited for.
+    """read_node for many nodes; a read stuck on a hung filesystem is reported, not waited for
+    (airlock.fanout)."""
+    def one(n: str) -> NodeResults:
+        try:
+            return read_node(cfg, n, history)
+        except Exception as exc:  # one node's bad data must not hide the rest
+            return NodeResults(n, None, "slurm", f"results unreadable: {exc}")
 
-    Plain daemon threads (not an executor) so a read blocked in the kernel cannot hold up the
-    interpreter's exit either.
-    """
-    out: dict[str, NodeResults] = {}
-    lock = threading.Lock()
-
-    def work(chunk: list[str]) -> None:
-        for n in chunk:
-            try:
-                res = read_node(cfg, n, history)
-            except Exception as exc:  # one node's bad data must not hide the rest
-                res = NodeResults(n, None, "slurm", f"results unreadable: {exc}")
-            with lock:
-                out[n] = res
-
-    workers = min(8, max(1, len(nodes)))
-    chunks = [nodes[i::workers] for i in range(workers)]
-    threads = [threading.Thread(target=work, args=(c,), daemon=True, name="results-read")
-               for c in chunks if c]
-    deadline = time.monotonic() + timeout
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(max(0.0, deadline - time.monotonic()))
-    with lock:
-        done = dict(out)
+    done = fanout.each(one, nodes, timeout, name="results-read")
     for n in nodes:
         if n not in done:
             done[n] = NodeResults(n, None, "slurm",

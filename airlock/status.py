@@ -14,12 +14,10 @@ page.
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
-from airlock import incidents, nodestate, reasons
+from airlock import fanout, incidents, nodestate, reasons
 from airlock.errors import ConfigError, NotFound
 from airlock.paths import SafeDir, split_template
 from airlock.recovery.machine import CLOSED, IN_FLIGHT, Obs, parse_slurm_time, stuck_nodes
@@ -330,38 +328,8 @@ def boot_record(cfg, node: str) -> dict[str, Any] | None:
 def boot_records(cfg, nodes: list[str], timeout: float | None = None) -> dict[str, Any]:
     """boot_record for each node this host can read, within timeout seconds for all."""
     wanted = [n for n in nodes if local_readable(cfg, n)]
-    return _parallel(lambda n: boot_record(cfg, n), wanted, timeout or 5.0)
-
-
-def _parallel(fn: Callable[[str], Any], items: list[str], timeout: float) -> dict[str, Any]:
-    """{item: fn(item)} over a few daemon threads (a read stuck on a hung filesystem must not
-    hold status up, nor the interpreter's exit); items not done in time are left out, and so
-    are those whose fn raised or returned None."""
-    out: dict[str, Any] = {}
-    if not items:
-        return out
-    lock = threading.Lock()
-
-    def work(chunk: list[str]) -> None:
-        for item in chunk:
-            try:
-                value = fn(item)
-            except Exception:  # one node's bad file must not hide the rest
-                value = None
-            if value is not None:
-                with lock:
-                    out[item] = value
-
-    workers = min(8, len(items))
-    threads = [threading.Thread(target=work, args=(items[i::workers],), daemon=True,
-                                name="status-read") for i in range(workers)]
-    deadline = time.monotonic() + timeout
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(max(0.0, deadline - time.monotonic()))
-    with lock:
-        return dict(out)
+    return fanout.each(lambda n: boot_record(cfg, n), wanted, timeout or 5.0,
+                       name="status-read")
 
 
 def _stuck_grace(cfg) -> float:
