@@ -97,6 +97,21 @@ def test_verdict_floor_straggler_fleet():
     assert low.figures["fleet_median"] == {"fp32": 3.0}
 
 
+def test_cpu_stand_in_below_its_floor_warns_never_fails():
+    # Issue 24: two spinning processes beside a console test made a healthy node's CPU stand-in
+    # measure 6.6e-05 TFLOPS against the CPU profile's 1e-4 floor, and the node was failed with
+    # "remediation: reboot". A stand-in's speed on shared cores is not evidence about hardware.
+    slow = verdict_burnin([run("cpu0", tflops=6.6e-05), run("cpu1", tflops=2e-4)],
+                          {"fp32": 1e-4}, straggler_fails=False)
+    assert not slow.failed and slow.verdict.value == "warn", slow.detail
+    assert slow.detail == ("cpu0 fp32 6.6e-05 TFLOPS < floor 0.0001 (CPU devices share cores: "
+                           "a warning, never a drain)")
+    # A wrong result on a stand-in still fails: correctness is evidence, speed is not.
+    bad = verdict_burnin([run("cpu0", mismatches=1), run("cpu1")], {"fp32": 1e-4},
+                         straggler_fails=False)
+    assert bad.failed
+
+
 def test_verdict_no_devices():
     assert verdict_burnin([]).detail == "no devices ran"
 
@@ -157,14 +172,12 @@ def test_check_burnin_faults_named(tmp_path, fault, expect):
 
 def test_gemm_slow_is_a_straggler(tmp_path):
     out = burnin.check_burnin(make_ctx(tmp_path, "gemm_slow=1:0.1"))
-    # On CPU "devices" (threads sharing cores) a straggler is named but only warns; on a busy
-    # machine the slowed device may already be below the CPU profile's floor, which fails.
+    # On CPU "devices" (threads sharing cores) a slow device is named but only warns, whether
+    # it fell below the others' median or, on a busy machine, below the CPU profile's floor.
     assert out.detail.startswith("cpu1 fp32 "), out.detail
-    if out.failed:
-        assert "< floor" in out.detail, out.detail
-    else:
-        assert out.verdict.value == "warn" and "straggler" in out.detail, out.detail
-        assert out.detail.endswith("(CPU devices share cores: a warning, never a drain)")
+    assert out.verdict.value == "warn", out.detail
+    assert "straggler" in out.detail or "< floor" in out.detail, out.detail
+    assert out.detail.endswith("(CPU devices share cores: a warning, never a drain)")
 
 
 def test_gpu_straggler_still_fails_cpu_straggler_warns():
