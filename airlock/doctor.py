@@ -419,9 +419,46 @@ def expected_gpus(cfg, node: str) -> Gpus:
                 sim is not None and bool(sim.devices))
 
 
+# What slurmd, systemd and the suite start by name: each must import on its own, from the
+# install, in a fresh interpreter, or the node's hooks crash before they can decide anything.
+ENTRY_MODULES = ("airlock.hooks.healthcheck", "airlock.hooks.prolog", "airlock.hooks.epilog",
+                 "airlock.registration", "airlock.recovery.service", "airlock.cli")
+DIST = "slurm-airlock"
+
+
+def check_install() -> list[Item]:
+    """The distribution's files all on disk (its RECORD), and every entry module importable
+    in a fresh interpreter started away from any checkout: a wheel that left a module out
+    (`No module named 'airlock.settings'`) is named here in one line."""
+    from importlib import metadata
+
+    try:
+        dist = metadata.distribution(DIST)
+    except metadata.PackageNotFoundError:
+        return [Item(FAIL, "install", f"{DIST} is not installed for {sys.executable}")]
+    files = [f for f in dist.files or () if f.parts and f.parts[0] == "airlock"]
+    missing = [str(f) for f in files if not os.path.exists(f.locate())]
+    if missing:
+        return [Item(FAIL, "install", f"{len(missing)} files of {DIST} {dist.version} missing, "
+                     f"e.g. {missing[0]}: reinstall the wheel")]
+    code = "import importlib, sys\nfor m in sys.argv[1:]:\n    importlib.import_module(m)"
+    try:
+        out = subprocess.run([sys.executable, "-c", code, *ENTRY_MODULES], cwd="/",
+                             capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return [Item(FAIL, "install", f"cannot start {sys.executable}: {exc}")]
+    if out.returncode != 0:
+        last = (out.stderr.strip().splitlines() or ["no output"])[-1]
+        return [Item(FAIL, "install", f"the hooks cannot import: {last[:160]}: reinstall the "
+                     "wheel")]
+    return [Item(OK, "install", f"{DIST} {dist.version}: {len(ENTRY_MODULES)} entry modules "
+                 "import")]
+
+
 def run(config_path: str | None, node: str, torch_check: bool = True) -> list[Item]:
 
     cfg, items = check_config(config_path)
+    items = check_install() + items
     slurm = Slurm.from_config(cfg) if cfg is not None else Slurm()
     if cfg is not None:
         items += check_dirs(cfg, node)

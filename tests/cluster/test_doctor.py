@@ -65,7 +65,7 @@ def test_doctor_passes_on_a_good_install(cluster):
     assert doctor.hook_paths(conf, "Prolog") == [f"{cluster.root}/bin/prolog"]
     rc, lines = _doctor(cluster)
     assert rc == 0, lines
-    for item in ("config", "state_dir", "shared_dir", "scontrol ping", "Slurm version",
+    for item in ("install", "config", "state_dir", "shared_dir", "scontrol ping", "Slurm version",
                  "HealthCheckProgram",
                  "Prolog", "Epilog", "HealthCheckInterval", "PrologEpilogTimeout", "NVML"):
         assert lines[item].startswith("OK "), (item, lines[item])
