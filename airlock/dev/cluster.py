@@ -189,6 +189,7 @@ class DevCluster:
         chroot: str | os.PathLike | None = None,
         hooks: dict[str, str] | None = None,
         slurm_settings: dict[str, str | None] | None = None,
+        python: str | os.PathLike | None = None,
     ):
         if slurm_version not in VERSIONS:
             raise ValueError(f"slurm_version must be one of {', '.join(VERSIONS)}, "
@@ -208,6 +209,10 @@ class DevCluster:
         # slurm.conf keys set to these values (a line of the same key replaced, else added):
         # what a test of one Slurm setting changes
         self.slurm_settings = dict(slurm_settings or {})
+        # The interpreter the hooks (and the suites they start) run with: this one by default,
+        # or a venv with Airlock installed from its wheel, so a module or data file the wheel
+        # leaves out fails the cluster's tests (tests/install/wheel.py builds one).
+        self.python = str(python) if python else sys.executable
         self.partitions = partitions or {}
         self.features = features or {}
         self.cloud = list(cloud)
@@ -296,7 +301,7 @@ class DevCluster:
                 {n: sim_node(self.gpus_per_node) for n in self.cloud}, indent=1))
 
     def _write_hooks(self) -> None:
-        py = sys.executable
+        py = self.python
         # Slurm gives these programs almost no environment and no arguments; a site points
         # slurm.conf at a wrapper like this (or at the installed entry point with the config in
         # /etc/airlock). The marker lets stop() find the detached suites later.
@@ -502,7 +507,9 @@ class DevCluster:
         for path in rw:
             lines += [f"mkdir -p {q(str(fs) + path)}",
                       f"mount --bind {q(path)} {q(str(fs) + path)}"]
-        for path in python_paths():
+        venv = [] if self.python == sys.executable else \
+            [os.path.realpath(Path(self.python).parents[1])]
+        for path in _minimal([*python_paths(), *(v for v in venv if not v.startswith("/tmp/"))]):
             dst = q(str(fs) + path)
             make = f"mkdir -p {dst}" if os.path.isdir(path) else \
                 f"mkdir -p {q(str(fs) + os.path.dirname(path))} && touch {dst}"

@@ -188,11 +188,24 @@ def diagnose(c: DevCluster) -> str:
     return "\n".join(out)
 
 
+@pytest.fixture(scope="session")
+def wheel_python(tmp_path_factory) -> Path:
+    """A clean venv with Airlock installed from a wheel of this checkout (once per worker;
+    under /tmp, which the chrooted releases see too)."""
+    from tests.install.wheel import installed_python
+    return installed_python(tmp_path_factory.mktemp("wheel"))
+
+
 @pytest.fixture
 def cluster_factory(slurm_variant, request) -> Iterator:
+    """A module that sets HOOKS_FROM_WHEEL = True gets clusters whose hooks and suites run
+    from the installed wheel (wheel_python) instead of this checkout."""
     made: list[tuple[DevCluster, str]] = []
+    from_wheel = getattr(request.module, "HOOKS_FROM_WHEEL", False)
 
     def make(start: bool = True, wait: bool = False, **kwargs) -> DevCluster:
+        if from_wheel:
+            kwargs.setdefault("python", request.getfixturevalue("wheel_python"))
         root = tempfile.mkdtemp(prefix="alc-", dir="/tmp")
         c = DevCluster(root, **variant_kwargs(slurm_variant), **kwargs)
         made.append((c, root))

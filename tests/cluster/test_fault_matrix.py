@@ -39,6 +39,10 @@ from airlock.nodestate import RUNNING, NodeState, Proof
 from airlock.registration import Suite
 from tests.cluster.conftest import DEFAULT_VARIANTS, RELEASES
 
+# The clusters of this file run their hooks and suites from a wheel installed in a clean venv
+# (tests/cluster/conftest.py), as a site runs them: a module the wheel leaves out fails here.
+HOOKS_FROM_WHEEL = True
+
 QUICK = {"registration": {"level": "quick"}}
 # A warning passes (a CPU "device" that straggled on these shared cores warns, never drains).
 PASSED = ("pass", "warn")
@@ -92,7 +96,7 @@ def run_hook(c, name, hook="healthcheck", prefix=(), **env):
     e = {"SLURMD_NODENAME": name, "AIRLOCK_CONFIG": str(c.airlock_conf),
          "AIRLOCK_DEVCLUSTER": str(c.root),
          "AIRLOCK_RUNTIME_DIR": str(c.root / "run" / "airlock"), **env}
-    return subprocess.run([*prefix, sys.executable, "-m", f"airlock.hooks.{hook}"], env=e,
+    return subprocess.run([*prefix, c.python, "-m", f"airlock.hooks.{hook}"], env=e,
                           capture_output=True, text=True, timeout=90)
 
 
