@@ -2,7 +2,9 @@
 
 Order within a poll, chosen so that a kill -9 anywhere is harmless:
   1. answer old intents (a previous process died between writing an intent and recording the
-     provider's answer): ask whether the action happened; send it again only if it did not;
+     provider's answer): ask whether the action happened; if it did not, re-decide it on
+     Slurm's current view (machine.intent_unwanted) and send it only if that view still calls
+     for it, else close it with a history row that says why;
   2. decide (pure) and write the result in one transaction: case moves, history, detections,
      the breaker, and an intent row per action about to start;
   3. send the actions; 4. record each answer in a transaction.
@@ -33,7 +35,7 @@ from airlock.recovery.providers import (
     Result,
     recover_reason,
 )
-from airlock.recovery.store import DONE, INTENT, RecoveryStore
+from airlock.recovery.store import DONE, DROPPED, INTENT, RecoveryStore
 from airlock.results import read_many
 
 
@@ -319,10 +321,32 @@ class Service:
                 self.apply_result(target, kind, Result(ISSUED, "already done before a restart"),
                                   " (found after restart)")
                 continue
+            why = machine.intent_unwanted(self.store.case(node), seen, row["id"], kind,
+                                          target.reason, row["created"], self.clock(),
+                                          self.settings)
+            if why:
+                self.drop_intent(row, f"{kind} {request_id} not sent after a restart: {why}")
+                continue
             self.journal.log(node, "resend", f"{kind} {request_id} was not sent before a "
                                              "restart; sending it now", row["id"])
             result = self.send(kind, [target]).get(node, Result(ERROR, "no answer"))
             self.apply_result(target, kind, result, " (after restart)")
+
+    def drop_intent(self, row: dict, why: str) -> None:
+        """Close an intent that Slurm's current view no longer calls for; its case goes back to
+        detected at the same rung, so that this poll decides it afresh (a node back in service
+        or under a foreign drain is released, a busy one waits, a failed idle one is asked
+        for again within the rails)."""
+        now = self.clock()
+        with self.store.tx() as db:
+            self.store.set_action(db, row["id"], DROPPED, why, now)
+            self.store.add_event(db, row["node"], "intent_dropped", why, now, row["id"])
+            case = self.store.case(row["node"])
+            if case is not None and case.action_id == row["id"] \
+                    and case.state in machine.AWAITING_BOOT:
+                self.store.put_case(db, case.to(machine.DETECTED, now, note=why), now)
+        self.journal.emit(node=row["node"], event="intent_dropped", detail=why,
+                          action_id=row["id"])
 
     def follow_up(self, case: machine.Case, seen: machine.Obs | None) -> None:
         try:

@@ -56,6 +56,7 @@ CREATE TABLE IF NOT EXISTS heartbeat (
     polls INTEGER NOT NULL, last_poll REAL NOT NULL);
 """
 INTENT, ISSUED, DONE, REFUSED, ERROR, DRY = "intent", "issued", "done", "refused", "error", "dry"
+DROPPED = "dropped"  # an intent not sent after a restart: Slurm's view no longer called for it
 
 
 class StoreError(AirlockError):
