@@ -272,7 +272,7 @@ class RecoveryStore:
             elif r["ts"] >= now - window:
                 reboots.append(Reboot(r["node"], r["check_name"], r["ts"],
                                       frozenset(json.loads(r["keys"]))))
-        return Memory(tuple(reboots), replaced, dict(identity or {}))
+        return Memory.build(reboots, replaced, dict(identity or {}))
 
     # --- what the rails read ---------------------------------------------------------------
     def ledger(self, now: float, rate_window: float, breaker_window: float) -> Ledger:
