@@ -98,6 +98,9 @@ class Obs(NamedTuple):
     flags: frozenset[str] = frozenset()
     state: str = ""
     reason_time: str = ""  # when the reason was set, as Slurm prints it
+    # the failure's kind as the node's own run document types its failed check (policy.KINDS;
+    # read by the service only for a node whose failure is about to be decided)
+    kind: str = ""
 
     @classmethod
     def from_node(cls, node) -> Obs:
@@ -278,7 +281,7 @@ class Memory(NamedTuple):
 
 def open_case(obs: Obs, now: float, policy) -> Case:
     r = obs.parsed
-    cls = policy.classify(r.subject, r.detail)
+    cls = policy.classify(r.subject, r.detail, obs.kind)
     return Case(obs.name, DETECTED, cls.name, cls.ladder, 0, r.subject, r.detail, now, now)
 
 
@@ -313,6 +316,23 @@ def _remembered(new: Case, now: float, policy, memory: Memory | None) -> Step:
     return Step(replace(new, note=why),
                 [*opened, ("memory", f"{why}: skipping the reboot; next: {new.next_action}")],
                 new=True)
+
+
+def _needs_operator(case: Case, obs: Obs, now: float, policy) -> Step | None:
+    """A failure after an action whose kind the policy leaves to a person (a class for its
+    kind with no action: a configuration finding): the case waits for an operator instead of
+    escalating to the next rung, because neither rung fixes a setting."""
+    if not obs.kind:
+        return None
+    r = obs.parsed
+    cls = policy.classify(r.subject, r.detail, obs.kind)
+    if not cls.kinds or cls.ladder:
+        return None
+    what = f"{r.subject} {r.detail}".strip()
+    return Step(case.to(MANUAL, now, note=f"class {cls.name}: {what}"),
+                [("manual", f"failed again after {case.action or 'recovery'}: {what} (kind "
+                            f"{obs.kind}, class {cls.name}): no automatic action, left drained "
+                            "for a person")])
 
 
 def _escalate(case: Case, now: float, why: str) -> Step:
@@ -385,6 +405,11 @@ def plan(case: Case | None, obs: Obs | None, now: float, policy, limits,
             return Step(case.to(RELEASED, now, note="resumed by someone else"),
                         [("released", "resumed before the reboot happened: hands off")])
         return _boot_timeout(case, now, limits) or Step(case)
+
+    if state in (*AWAITING_VERDICT, HEALTHY) and obs.failing:
+        operator = _needs_operator(case, obs, now, policy)
+        if operator is not None:
+            return operator
 
     if state in AWAITING_VERDICT:
         if obs.own_error:  # the re-check could not run: wait for a person, never escalate

@@ -19,6 +19,7 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from airlock import faults, reasons
 from airlock.checks.drift import identity_keys
@@ -108,7 +109,7 @@ class Service:
                         **machine.own_error_nodes(obs.values(), now)}
         cases = self.store.cases()
         ledger = self.store.ledger(now, self.settings.rate_window, self.settings.breaker_window)
-        memory = self.memory(cases, obs, now)
+        obs, memory = self.documents(cases, obs, now)
         decision = machine.decide(cases, list(obs.values()), now, self.policy, self.settings,
                                   ledger, self.owns_reason, memory)
         report.events, report.held = decision.events, decision.held
@@ -145,15 +146,24 @@ class Service:
                 report.started.append((t.node, action, result.status))
         return report
 
-    def memory(self, cases: dict[str, machine.Case], obs: dict[str, machine.Obs],
-               now: float) -> machine.Memory:
-        """The escalation memory for this poll: the remembered reboots, and the hardware
-        identity of the nodes about to open a case (read from their documents in the shared
-        directory, only for those few: never a read per node per poll)."""
-        opening = [n for n, o in obs.items() if o.failing
-                   and (n not in cases or cases[n].state in machine.CLOSED)]
-        return self.store.memory(now, self.policy.escalation.window,
-                                 hardware_of(self.cfg, opening) if opening else {})
+    def documents(self, cases: dict[str, machine.Case], obs: dict[str, machine.Obs],
+                  now: float) -> tuple[dict[str, machine.Obs], machine.Memory]:
+        """What the nodes whose failure this poll decides say in their own documents (read
+        from the shared directory only for those few: never a read per node per poll): the
+        typed kind of their failure, set on their Obs, and their hardware identity for the
+        escalation memory. A failure is decided when its node opens a case, or fails again
+        after an action."""
+        deciding = [n for n, o in obs.items() if o.failing and (
+            n not in cases or cases[n].state in machine.CLOSED
+            or cases[n].state in (*machine.AWAITING_VERDICT, machine.HEALTHY))]
+        docs = node_documents(self.cfg, deciding) if deciding else {}
+        obs = dict(obs)
+        for node, doc in docs.items():
+            if doc.kind and doc.check == obs[node].parsed.subject:
+                obs[node] = obs[node]._replace(kind=doc.kind)
+        identity = {n: d.identity for n, d in docs.items()
+                    if d.identity and (n not in cases or cases[n].state in machine.CLOSED)}
+        return obs, self.store.memory(now, self.policy.escalation.window, identity)
 
     def beat(self) -> None:
         """Count this poll in the database: proof for people and tests that the service is
@@ -373,19 +383,52 @@ class Service:
 IDENTITY_RUNS = 10  # a node's recent runs searched for its hardware identity (a registration's)
 
 
+class NodeDocument(NamedTuple):
+    """What recovery reads from a node's own run documents: the hardware identity of its
+    latest run that carries one, and its latest run's failed check with that check's kind."""
+
+    identity: frozenset[str] = frozenset()
+    check: str = ""
+    kind: str = ""
+
+
+def failure_kind(run: dict) -> tuple[str, str]:
+    """(failed check, its kind) of a run document: the kind is the failed check's record's
+    "kind" field (policy.KINDS, e.g. "config" for a configuration finding), set where the
+    finding is classified. The document is the node's own, from the shared directory: input,
+    so anything but a known kind is no kind (the failure is then the node's, as before)."""
+    check = run.get("failed_check") if isinstance(run, dict) else None
+    if not isinstance(check, str) or not check:
+        return "", ""
+    for rec in run.get("checks") or ():
+        if isinstance(rec, dict) and rec.get("check") == check:
+            kind = rec.get("kind")
+            return check, kind if isinstance(kind, str) and kind in policy_mod.KINDS else ""
+    return check, ""
+
+
+def node_documents(cfg, nodes: list[str]) -> dict[str, NodeDocument]:
+    """Each node's NodeDocument; nodes whose documents cannot be read are missing (the memory
+    by name and the untyped failure still work)."""
+    out = {}
+    try:
+        found = read_many(cfg, nodes, history=IDENTITY_RUNS)
+    except Exception:
+        return {}
+    for node, res in found.items():
+        keys: frozenset[str] = frozenset()
+        for run in [res.run or {}, *res.history]:
+            keys = identity_keys(run)
+            if keys:
+                break
+        check, kind = failure_kind(res.run or {})
+        if keys or check:
+            out[node] = NodeDocument(keys, check, kind)
+    return out
+
+
 def hardware_of(cfg, nodes: list[str]) -> dict[str, frozenset[str]]:
     """Each node's hardware identity ("instance:..", "gpu:..") from the latest of its recorded
     runs that carries one (its drift check's, at registration); empty when none can be read.
     The documents are the nodes' own (shared directory, read as airlock status reads them)."""
-    out = {}
-    try:
-        found = read_many(cfg, nodes, history=IDENTITY_RUNS)
-    except Exception:  # the memory by node alone still works
-        return {}
-    for node, res in found.items():
-        for run in [res.run or {}, *res.history]:
-            keys = identity_keys(run)
-            if keys:
-                out[node] = keys
-                break
-    return out
+    return {n: d.identity for n, d in node_documents(cfg, nodes).items() if d.identity}

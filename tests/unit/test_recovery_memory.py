@@ -105,9 +105,9 @@ class World:
     def poll(self) -> m.Decision:
         cases = self.store.cases()
         ledger = self.store.ledger(self.now, 3600, 600)
-        obs = {"n1": self.obs()}
-        d = m.decide(cases, [obs["n1"]], self.now, self.svc.policy, self.svc.settings, ledger,
-                     memory=self.svc.memory(cases, obs, self.now))
+        obs, memory = self.svc.documents(cases, {"n1": self.obs()}, self.now)
+        d = m.decide(cases, list(obs.values()), self.now, self.svc.policy, self.svc.settings,
+                     ledger, memory=memory)
         self.svc.commit_decision(cases, d, self.now, ledger, {})
         return d
 
