@@ -57,6 +57,13 @@ HANDSHAKE_TIMEOUT = 10.0
 # so idle sockets from one source can neither stall the accept loop nor take every slot.
 MAX_PENDING = 256
 MAX_PENDING_PER_SOURCE = 32
+# Slots are per source address, and a member shares its address with whatever else runs on its
+# node (or behind its NAT): held for HANDSHAKE_TIMEOUT, 32 silent sockets from there locked the
+# member out. A member answers HELLO within milliseconds, so when a source (or the relay) is
+# full, its oldest handshake still unfinished this long after its accept is evicted (closed)
+# to admit the newcomer; a younger one is never evicted, so a member's handshake always gets
+# this long to finish.
+IDLE_EVICT_S = 1.0
 BUSY_RETRY_S = (0.05, 1.0)  # a member's back-off after BUSY: first wait, longest wait
 
 
@@ -220,43 +227,91 @@ def _splice(a: socket.socket, b: socket.socket) -> None:
     b.close()
 
 
+class _Slot:
+    """One handshake in flight: whose it is, since when, and its connection (to evict it)."""
+
+    __slots__ = ("conn", "held", "since", "source")
+
+    def __init__(self, source: str, conn: socket.socket, since: float):
+        self.source, self.conn, self.since, self.held = source, conn, since, True
+
+
 class _Relay:
     """Accepts on a bound socket; each connection is handled in a thread of its own. A handshake
-    slot (see MAX_PENDING) is held from the accept until handle() calls admitted()."""
+    slot (see MAX_PENDING) is held from the accept until handle() calls admitted(), or until
+    the connection is evicted (IDLE_EVICT_S)."""
 
     def __init__(self, listener: socket.socket):
         self.listener = listener
         self.port = listener.getsockname()[1]
         self.refused = 0  # connections that did not prove the secret
         self.busy = 0  # connections turned away for want of a handshake slot
+        self.evicted = 0  # unfinished handshakes closed to admit a newcomer
         self._lock = threading.Lock()
-        self._pending: dict[str, int] = {}  # source address -> handshakes in flight
+        self._pending: dict[str, list[_Slot]] = {}  # source address -> handshakes in flight
+        self._total = 0
         self._stop = False
         self._thread = threading.Thread(target=self._accept, daemon=True, name="relay-accept")
         self._thread.start()
 
     def _accept(self) -> None:
+        import time
+
         while not self._stop:
             try:
                 conn, peer = self.listener.accept()
             except OSError:
                 return
             source = peer[0] if isinstance(peer, tuple) else str(peer)
+            now = time.monotonic()
             with self._lock:
-                total = sum(self._pending.values())
-                mine = self._pending.get(source, 0)
-                full = total >= MAX_PENDING or mine >= MAX_PENDING_PER_SOURCE
+                victim = self._victim(source, now)
+                if victim is not None:
+                    self._drop(victim)
+                mine = self._pending.get(source, [])
+                full = self._total >= MAX_PENDING or len(mine) >= MAX_PENDING_PER_SOURCE
+                slot = None
                 if not full:
-                    self._pending[source] = mine + 1
-            if full:
+                    slot = _Slot(source, conn, now)
+                    self._pending.setdefault(source, []).append(slot)
+                    self._total += 1
+            if victim is not None:
+                self.evicted += 1
+                try:  # wakes its handler's recv: the handshake fails, its thread ends
+                    victim.conn.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+            if slot is None:
                 self.busy += 1
                 _turn_away(conn)
                 continue
-            threading.Thread(target=self._run, args=(conn, source), daemon=True,
+            threading.Thread(target=self._run, args=(conn, slot), daemon=True,
                              name="relay-conn").start()
 
-    def _run(self, conn: socket.socket, source: str) -> None:
-        slot = [source]
+    def _victim(self, source: str, now: float) -> _Slot | None:
+        """With the lock held: the handshake to evict for a newcomer from source, if a limit
+        is reached and the oldest unfinished handshake that blocks it is old enough."""
+        mine = self._pending.get(source, [])
+        if len(mine) >= MAX_PENDING_PER_SOURCE:
+            oldest = mine[0]
+        elif self._total >= MAX_PENDING:
+            oldest = min((q[0] for q in self._pending.values() if q), key=lambda s: s.since)
+        else:
+            return None
+        return oldest if now - oldest.since >= IDLE_EVICT_S else None
+
+    def _drop(self, slot: _Slot) -> None:
+        """With the lock held: give slot back (once)."""
+        if not slot.held:
+            return
+        slot.held = False
+        self._total -= 1
+        queue = self._pending.get(slot.source, [])
+        queue.remove(slot)
+        if not queue:
+            self._pending.pop(slot.source, None)
+
+    def _run(self, conn: socket.socket, slot: _Slot) -> None:
         try:
             self.handle(conn, lambda: self._release(slot))
         except Exception:  # one bad peer never stops the relay
@@ -264,21 +319,14 @@ class _Relay:
         finally:
             self._release(slot)
 
-    def _release(self, slot: list[str]) -> None:
+    def _release(self, slot: _Slot) -> None:
         """Give the connection's handshake slot back (once)."""
-        if not slot:
-            return
-        source = slot.pop()
         with self._lock:
-            left = self._pending.get(source, 0) - 1
-            if left > 0:
-                self._pending[source] = left
-            else:
-                self._pending.pop(source, None)
+            self._drop(slot)
 
     def pending(self) -> int:
         with self._lock:
-            return sum(self._pending.values())
+            return self._total
 
     def handle(self, conn: socket.socket, admitted) -> None:
         """Serve one connection; call admitted() once its handshake is over."""

@@ -98,6 +98,9 @@ class Obs(NamedTuple):
     flags: frozenset[str] = frozenset()
     state: str = ""
     reason_time: str = ""  # when the reason was set, as Slurm prints it
+    # the failure's kind as the node's own run document types its failed check (policy.KINDS;
+    # read by the service only for a node whose failure is about to be decided)
+    kind: str = ""
 
     @classmethod
     def from_node(cls, node) -> Obs:
@@ -176,29 +179,109 @@ class Reboot(NamedTuple):
     keys: frozenset[str] = frozenset()  # the hardware's identity then: "instance:..", "gpu:.."
 
 
+# Identities firmware ships unfilled: thousands of boards carry them, so they identify nothing.
+PLACEHOLDER_IDS = frozenset({"03000200-0400-0500-0006-000700080009", "not specified",
+                             "to be filled by o.e.m.", "default string", "none", "n/a"})
+
+
+def is_placeholder(value: str) -> bool:
+    """A DMI UUID or serial known to be a placeholder: a known string (case-insensitive), all
+    zeros or all F (a UUID's dashes aside), or empty."""
+    v = value.strip().lower()
+    return v in PLACEHOLDER_IDS or not v.strip("0-") or not v.strip("f-")
+
+
+def hardware_keys(node: str, keys) -> tuple[frozenset[str], tuple[str, ...]]:
+    """The memory's keys for a node's published identity ("instance:..", "gpu:.."), and the
+    placeholders among them. A placeholder is never a key of its own: it is kept only scoped
+    by the node name ("instance:<uuid>@node"), so boards that share it share no memory while a
+    name that keeps showing it still counts. Idempotent (a scoped key is no placeholder)."""
+    out, found = set(), []
+    for key in keys:
+        _kind, _, value = key.partition(":")
+        if is_placeholder(value):
+            found.append(key)
+            out.add(f"{key}@{node}")
+        else:
+            out.add(key)
+    return frozenset(out), tuple(sorted(found))
+
+
+def _shown(keys: frozenset[str]) -> str:
+    inst = sorted(k for k in keys if k.startswith("instance:"))
+    return ",".join(inst) if inst else ",".join(sorted(keys)[:2]) + ("..." if len(keys) > 2
+                                                                       else "")
+
+
 class Memory(NamedTuple):
     """What the service remembers across cases (rebuilt from the store each poll): the reboots
-    within the policy's window, when each node was last replaced, and each node's hardware
-    identity as its latest document gives it."""
+    within the policy's window, when each node was last replaced, each node's hardware
+    identity as its latest document gives it (placeholders scoped by name: hardware_keys), and
+    the placeholders found in those identities."""
 
     reboots: tuple[Reboot, ...] = ()
     replaced: dict[str, float] = {}
     identity: dict[str, frozenset[str]] = {}
+    placeholders: dict[str, tuple[str, ...]] = {}
+
+    @classmethod
+    def build(cls, reboots, replaced: dict[str, float],
+              identity: dict[str, frozenset[str]]) -> Memory:
+        """The memory with every key passed through hardware_keys (rows recorded before
+        placeholders were scoped included)."""
+        scoped = tuple(r._replace(keys=hardware_keys(r.node, r.keys)[0]) for r in reboots)
+        ident, found = {}, {}
+        for node, keys in identity.items():
+            ident[node], placeholders = hardware_keys(node, keys)
+            if placeholders:
+                found[node] = placeholders
+        return cls(scoped, dict(replaced), ident, found)
+
+    def _counted(self, node: str, check: str, now: float, window: float):
+        """(reboots that count, reboots under this name on other hardware). With an identity
+        known on both sides, a reboot counts only on the same hardware, wherever it ran: a
+        name whose hardware changed (swapped outside the service too) starts afresh. Where
+        either side has none, a reboot of this name since its last replacement counts."""
+        keys = self.identity.get(node, frozenset())
+        since = self.replaced.get(node, float("-inf"))
+        counted, other = [], []
+        for r in self.reboots:
+            if r.check != check or not now - window <= r.at <= now:
+                continue
+            if keys and r.keys:
+                if r.keys & keys:
+                    counted.append(r)
+                elif r.node == node and r.at > since:
+                    other.append(r)
+            elif r.node == node and r.at > since:
+                counted.append(r)
+        return counted, other
 
     def not_cleared(self, node: str, check: str, now: float, window: float) -> int:
         """Reboots within the window that did not clear `check`: every earlier reboot for it
-        (the check has failed again since, or this question would not be asked) on this node
-        since its last replacement, or on any of its current hardware wherever it ran."""
-        keys = self.identity.get(node, frozenset())
-        since = self.replaced.get(node, float("-inf"))
-        return sum(1 for r in self.reboots
-                   if r.check == check and now - window <= r.at <= now
-                   and ((r.node == node and r.at > since) or (keys and r.keys & keys)))
+        (the check has failed again since, or this question would not be asked) on this node's
+        current hardware wherever it ran, or on this node by name where no identity tells."""
+        return len(self._counted(node, check, now, window)[0])
+
+    def notes(self, node: str, check: str, now: float, window: float) -> list[str]:
+        """Why this node's memory is not what its name alone would give (for its history)."""
+        out = []
+        found = self.placeholders.get(node)
+        if found:
+            out.append(f"placeholder identity {', '.join(found)} is no hardware key: counted "
+                       f"with the node name {node}")
+        other = self._counted(node, check, now, window)[1]
+        if other:
+            was = frozenset().union(*(r.keys for r in other))
+            out.append(f"the hardware under {node} changed since {len(other)} earlier "
+                       f"reboot{'s' if len(other) > 1 else ''} for {check} (was {_shown(was)}, "
+                       f"now {_shown(self.identity[node])}): its memory starts afresh")
+        return out
 
 
 def open_case(obs: Obs, now: float, policy) -> Case:
     r = obs.parsed
-    cls = policy.classify(r.subject, r.detail)
+    cls = policy.classify(r.subject, r.detail, obs.kind)
     return Case(obs.name, DETECTED, cls.name, cls.ladder, 0, r.subject, r.detail, now, now)
 
 
@@ -211,13 +294,15 @@ def _remembered(new: Case, now: float, policy, memory: Memory | None) -> Step:
         return Step(new, [opened], new=True)
     new = replace(new, hardware=tuple(sorted(memory.identity.get(new.node, ()))))
     count = memory.not_cleared(new.node, new.check, now, policy.escalation.window)
+    opened = [opened, *(("memory", note) for note in
+                        memory.notes(new.node, new.check, now, policy.escalation.window))]
     if not count:
-        return Step(new, [opened], new=True)
+        return Step(new, opened, new=True)
     new = replace(new, not_cleared=count)
     cls = policy.by_name(new.failure_class)
     limit = policy.reboot_limit(cls) if cls is not None else policy.escalation.reboots
     if not limit or count < limit or new.next_action != "reboot":
-        return Step(new, [opened], new=True)
+        return Step(new, opened, new=True)
     step = new.step
     while step < len(new.ladder) and new.ladder[step] == "reboot":
         step += 1
@@ -226,11 +311,28 @@ def _remembered(new: Case, now: float, policy, memory: Memory | None) -> Step:
     new = replace(new, step=step)
     if new.next_action is None:
         return Step(new.to(MANUAL, now, note=f"{why}; no action after the reboot"),
-                    [opened, ("manual", f"{why}; ladder {list(new.ladder)} has nothing after "
+                    [*opened, ("manual", f"{why}; ladder {list(new.ladder)} has nothing after "
                                         "the reboot, left drained for a person")], new=True)
     return Step(replace(new, note=why),
-                [opened, ("memory", f"{why}: skipping the reboot; next: {new.next_action}")],
+                [*opened, ("memory", f"{why}: skipping the reboot; next: {new.next_action}")],
                 new=True)
+
+
+def _needs_operator(case: Case, obs: Obs, now: float, policy) -> Step | None:
+    """A failure after an action whose kind the policy leaves to a person (a class for its
+    kind with no action: a configuration finding): the case waits for an operator instead of
+    escalating to the next rung, because neither rung fixes a setting."""
+    if not obs.kind:
+        return None
+    r = obs.parsed
+    cls = policy.classify(r.subject, r.detail, obs.kind)
+    if not cls.kinds or cls.ladder:
+        return None
+    what = f"{r.subject} {r.detail}".strip()
+    return Step(case.to(MANUAL, now, note=f"class {cls.name}: {what}"),
+                [("manual", f"failed again after {case.action or 'recovery'}: {what} (kind "
+                            f"{obs.kind}, class {cls.name}): no automatic action, left drained "
+                            "for a person")])
 
 
 def _escalate(case: Case, now: float, why: str) -> Step:
@@ -304,6 +406,11 @@ def plan(case: Case | None, obs: Obs | None, now: float, policy, limits,
                         [("released", "resumed before the reboot happened: hands off")])
         return _boot_timeout(case, now, limits) or Step(case)
 
+    if state in (*AWAITING_VERDICT, HEALTHY) and obs.failing:
+        operator = _needs_operator(case, obs, now, policy)
+        if operator is not None:
+            return operator
+
     if state in AWAITING_VERDICT:
         if obs.own_error:  # the re-check could not run: wait for a person, never escalate
             note = f"own error, needs an operator: {obs.parsed.subject} {obs.parsed.detail}"
@@ -332,6 +439,34 @@ def plan(case: Case | None, obs: Obs | None, now: float, policy, limits,
                         [("released", "a person returned the node to service")])
         return Step(case)
     return Step(case)
+
+
+def intent_unwanted(case: Case | None, obs: Obs | None, action_id: int, kind: str,
+                    mark: str, created: float, now: float, limits) -> str | None:
+    """Why an intent journalled by a process that died before sending it must not be sent now,
+    or None to send it. Re-decided on Slurm's current view, never resent blindly: its case is
+    still waiting for this action, Airlock's failure is still in force (the node is drained
+    with Airlock's FAIL, or with this action's own mark), the node is idle, and the intent is
+    younger than its action's timeout. (Whether the action already happened is the provider's
+    question, asked before this one.)"""
+    if case is None or case.action_id != action_id or case.state not in AWAITING_BOOT:
+        return "its case no longer waits for it"
+    if obs is None:
+        return "the node is not in Slurm's list"
+    if not (obs.drained and (obs.failing or obs.reason == mark)):
+        if not obs.drained:
+            held = "the node is in service"
+        elif not obs.reason:
+            held = "drained without a reason"
+        else:
+            held = f"drained for {obs.reason!r}"
+        return f"Airlock's failure is no longer in force ({held})"
+    if obs.busy:
+        return "the node runs a job"
+    limit = limits.reboot_timeout if kind == "reboot" else limits.replace_timeout
+    if now - created > limit:
+        return f"the intent is {now - created:.0f}s old ({kind}_timeout {limit:g}s)"
+    return None
 
 
 # --- nodes stuck in a check ------------------------------------------------------------------

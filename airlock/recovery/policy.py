@@ -12,9 +12,20 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 
+from airlock.checks.groupcheck import CHECK as GROUP_CHECK
+from airlock.checks.registry import CHECKS
 from airlock.errors import ConfigError
+from airlock.reasons import OWN_ERRORS
 
 ACTIONS = ("reboot", "replace")
+# What can stand as <check> in "airlock: FAIL <check> ...": the registry's checks, the
+# multi-node test, and a registration that never reached a verdict. A policy naming anything
+# else classifies nothing (a typo, or a name from another tool's vocabulary): a config error,
+# unless the policy lists it in other_checks.
+AIRLOCK_CHECKS = frozenset({c.name for c in CHECKS} | {GROUP_CHECK, "registration"})
+# The kinds a node's own run document gives its failed check (the check record's "kind"):
+# "config" is a configuration finding (a setting on the node to fix, as DCGM classifies it).
+KINDS = ("config",)
 
 
 @dataclass(frozen=True)
@@ -33,8 +44,11 @@ class FailureClass:
     detail: re.Pattern | None
     ladder: tuple[str, ...]
     reboots_not_cleared: int | None = None  # this class's own limit; None = [escalation]
+    kinds: tuple[str, ...] = ()  # only failures of these kinds (KINDS); () = any kind
 
-    def matches(self, check: str, detail: str) -> bool:
+    def matches(self, check: str, detail: str, kind: str = "") -> bool:
+        if self.kinds and kind not in self.kinds:
+            return False
         if "*" not in self.checks and check not in self.checks:
             return False
         return self.detail is None or bool(self.detail.search(detail))
@@ -45,6 +59,7 @@ class Policy:
     classes: tuple[FailureClass, ...]
     source: str
     escalation: Escalation = Escalation()
+    other_checks: tuple[str, ...] = ()  # subjects other tools write in Airlock's reason format
 
     def reboot_limit(self, cls: FailureClass) -> int:
         """Reboots that did not clear a check of this class before the next failure skips the
@@ -52,9 +67,9 @@ class Policy:
         return self.escalation.reboots if cls.reboots_not_cleared is None \
             else cls.reboots_not_cleared
 
-    def classify(self, check: str, detail: str) -> FailureClass:
+    def classify(self, check: str, detail: str, kind: str = "") -> FailureClass:
         for cls in self.classes:
-            if cls.matches(check, detail):
+            if cls.matches(check, detail, kind):
                 return cls
         return self.classes[-1]  # validated: the last class matches everything
 
@@ -67,12 +82,19 @@ def parse(text: str, source: str) -> Policy:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"recovery policy {source}: invalid TOML: {exc}") from None
-    unknown = set(raw) - {"version", "class", "escalation"}
+    unknown = set(raw) - {"version", "class", "escalation", "other_checks"}
     if unknown:
         raise ConfigError(f"recovery policy {source}: unknown key '{sorted(unknown)[0]}'")
     if raw.get("version", 1) != 1:
         raise ConfigError(f"recovery policy {source}: version {raw.get('version')!r} unsupported")
     escalation = _escalation(raw.get("escalation", {}), source)
+    other = raw.get("other_checks", [])
+    if not (isinstance(other, list) and all(isinstance(c, str) and c for c in other)):
+        raise ConfigError(f"recovery policy {source}: other_checks must be a list of names")
+    for name in other:
+        if name in AIRLOCK_CHECKS or name in OWN_ERRORS:
+            raise ConfigError(f"recovery policy {source}: other_checks: {name!r} is an Airlock "
+                              "check, not another tool's")
     items = raw.get("class")
     if not isinstance(items, list) or not items:
         raise ConfigError(f"recovery policy {source}: needs at least one [[class]]")
@@ -81,7 +103,7 @@ def parse(text: str, source: str) -> Policy:
         where = f"recovery policy {source}: class #{i + 1}"
         if not isinstance(item, dict):
             raise ConfigError(f"{where}: must be a table")
-        bad = set(item) - {"name", "checks", "detail", "ladder", "reboots_not_cleared"}
+        bad = set(item) - {"name", "checks", "detail", "ladder", "reboots_not_cleared", "kinds"}
         if bad:
             raise ConfigError(f"{where}: unknown key '{sorted(bad)[0]}'")
         name = item.get("name")
@@ -93,6 +115,20 @@ def parse(text: str, source: str) -> Policy:
         checks = item.get("checks", ["*"])
         if not (isinstance(checks, list) and checks and all(isinstance(c, str) for c in checks)):
             raise ConfigError(f"{where} ({name}): checks must be a non-empty list of strings")
+        for check in checks:
+            if check in OWN_ERRORS:
+                raise ConfigError(f"{where} ({name}): {check!r} is Airlock's own error: recovery "
+                                  "never acts on it (an operator fixes it)")
+            if check != "*" and check not in AIRLOCK_CHECKS and check not in other:
+                raise ConfigError(f"{where} ({name}): unknown check {check!r} (not an Airlock "
+                                  "check; list another tool's subjects in other_checks)")
+        kinds = item.get("kinds", [])
+        if not (isinstance(kinds, list) and all(isinstance(k, str) for k in kinds)):
+            raise ConfigError(f"{where} ({name}): kinds must be a list of strings")
+        for kind in kinds:
+            if kind not in KINDS:
+                raise ConfigError(f"{where} ({name}): unknown kind {kind!r} "
+                                  f"(known: {', '.join(KINDS)})")
         detail = item.get("detail", "")
         if not isinstance(detail, str):
             raise ConfigError(f"{where} ({name}): detail must be a string (a regular expression)")
@@ -110,12 +146,14 @@ def parse(text: str, source: str) -> Policy:
                                   or limit < 0):
             raise ConfigError(f"{where} ({name}): reboots_not_cleared must be a whole number "
                               ">= 0 (0 = never skip the reboot)")
-        classes.append(FailureClass(name, tuple(checks), pattern, tuple(ladder), limit))
+        classes.append(FailureClass(name, tuple(checks), pattern, tuple(ladder), limit,
+                                    tuple(kinds)))
     last = classes[-1]
-    if "*" not in last.checks or last.detail is not None:
+    if "*" not in last.checks or last.detail is not None or last.kinds:
         raise ConfigError(f"recovery policy {source}: the last class must match everything "
-                          "(checks = [\"*\"], no detail) so that every failure has a ladder")
-    return Policy(tuple(classes), source, escalation)
+                          "(checks = [\"*\"], no detail, no kinds) so that every failure has a "
+                          "ladder")
+    return Policy(tuple(classes), source, escalation, tuple(other))
 
 
 def _escalation(raw, source: str) -> Escalation:

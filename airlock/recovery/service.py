@@ -2,7 +2,9 @@
 
 Order within a poll, chosen so that a kill -9 anywhere is harmless:
   1. answer old intents (a previous process died between writing an intent and recording the
-     provider's answer): ask whether the action happened; send it again only if it did not;
+     provider's answer): ask whether the action happened; if it did not, re-decide it on
+     Slurm's current view (machine.intent_unwanted) and send it only if that view still calls
+     for it, else close it with a history row that says why;
   2. decide (pure) and write the result in one transaction: case moves, history, detections,
      the breaker, and an intent row per action about to start;
   3. send the actions; 4. record each answer in a transaction.
@@ -17,6 +19,7 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from airlock import faults, reasons
 from airlock.checks.drift import identity_keys
@@ -33,7 +36,7 @@ from airlock.recovery.providers import (
     Result,
     recover_reason,
 )
-from airlock.recovery.store import DONE, INTENT, RecoveryStore
+from airlock.recovery.store import DONE, DROPPED, INTENT, RecoveryStore
 from airlock.results import read_many
 
 
@@ -106,7 +109,7 @@ class Service:
                         **machine.own_error_nodes(obs.values(), now)}
         cases = self.store.cases()
         ledger = self.store.ledger(now, self.settings.rate_window, self.settings.breaker_window)
-        memory = self.memory(cases, obs, now)
+        obs, memory = self.documents(cases, obs, now)
         decision = machine.decide(cases, list(obs.values()), now, self.policy, self.settings,
                                   ledger, self.owns_reason, memory)
         report.events, report.held = decision.events, decision.held
@@ -143,15 +146,24 @@ class Service:
                 report.started.append((t.node, action, result.status))
         return report
 
-    def memory(self, cases: dict[str, machine.Case], obs: dict[str, machine.Obs],
-               now: float) -> machine.Memory:
-        """The escalation memory for this poll: the remembered reboots, and the hardware
-        identity of the nodes about to open a case (read from their documents in the shared
-        directory, only for those few: never a read per node per poll)."""
-        opening = [n for n, o in obs.items() if o.failing
-                   and (n not in cases or cases[n].state in machine.CLOSED)]
-        return self.store.memory(now, self.policy.escalation.window,
-                                 hardware_of(self.cfg, opening) if opening else {})
+    def documents(self, cases: dict[str, machine.Case], obs: dict[str, machine.Obs],
+                  now: float) -> tuple[dict[str, machine.Obs], machine.Memory]:
+        """What the nodes whose failure this poll decides say in their own documents (read
+        from the shared directory only for those few: never a read per node per poll): the
+        typed kind of their failure, set on their Obs, and their hardware identity for the
+        escalation memory. A failure is decided when its node opens a case, or fails again
+        after an action."""
+        deciding = [n for n, o in obs.items() if o.failing and (
+            n not in cases or cases[n].state in machine.CLOSED
+            or cases[n].state in (*machine.AWAITING_VERDICT, machine.HEALTHY))]
+        docs = node_documents(self.cfg, deciding) if deciding else {}
+        obs = dict(obs)
+        for node, doc in docs.items():
+            if doc.kind and doc.check == obs[node].parsed.subject:
+                obs[node] = obs[node]._replace(kind=doc.kind)
+        identity = {n: d.identity for n, d in docs.items()
+                    if d.identity and (n not in cases or cases[n].state in machine.CLOSED)}
+        return obs, self.store.memory(now, self.policy.escalation.window, identity)
 
     def beat(self) -> None:
         """Count this poll in the database: proof for people and tests that the service is
@@ -319,10 +331,32 @@ class Service:
                 self.apply_result(target, kind, Result(ISSUED, "already done before a restart"),
                                   " (found after restart)")
                 continue
+            why = machine.intent_unwanted(self.store.case(node), seen, row["id"], kind,
+                                          target.reason, row["created"], self.clock(),
+                                          self.settings)
+            if why:
+                self.drop_intent(row, f"{kind} {request_id} not sent after a restart: {why}")
+                continue
             self.journal.log(node, "resend", f"{kind} {request_id} was not sent before a "
                                              "restart; sending it now", row["id"])
             result = self.send(kind, [target]).get(node, Result(ERROR, "no answer"))
             self.apply_result(target, kind, result, " (after restart)")
+
+    def drop_intent(self, row: dict, why: str) -> None:
+        """Close an intent that Slurm's current view no longer calls for; its case goes back to
+        detected at the same rung, so that this poll decides it afresh (a node back in service
+        or under a foreign drain is released, a busy one waits, a failed idle one is asked
+        for again within the rails)."""
+        now = self.clock()
+        with self.store.tx() as db:
+            self.store.set_action(db, row["id"], DROPPED, why, now)
+            self.store.add_event(db, row["node"], "intent_dropped", why, now, row["id"])
+            case = self.store.case(row["node"])
+            if case is not None and case.action_id == row["id"] \
+                    and case.state in machine.AWAITING_BOOT:
+                self.store.put_case(db, case.to(machine.DETECTED, now, note=why), now)
+        self.journal.emit(node=row["node"], event="intent_dropped", detail=why,
+                          action_id=row["id"])
 
     def follow_up(self, case: machine.Case, seen: machine.Obs | None) -> None:
         try:
@@ -349,19 +383,52 @@ class Service:
 IDENTITY_RUNS = 10  # a node's recent runs searched for its hardware identity (a registration's)
 
 
+class NodeDocument(NamedTuple):
+    """What recovery reads from a node's own run documents: the hardware identity of its
+    latest run that carries one, and its latest run's failed check with that check's kind."""
+
+    identity: frozenset[str] = frozenset()
+    check: str = ""
+    kind: str = ""
+
+
+def failure_kind(run: dict) -> tuple[str, str]:
+    """(failed check, its kind) of a run document: the kind is the failed check's record's
+    "kind" field (policy.KINDS, e.g. "config" for a configuration finding), set where the
+    finding is classified. The document is the node's own, from the shared directory: input,
+    so anything but a known kind is no kind (the failure is then the node's, as before)."""
+    check = run.get("failed_check") if isinstance(run, dict) else None
+    if not isinstance(check, str) or not check:
+        return "", ""
+    for rec in run.get("checks") or ():
+        if isinstance(rec, dict) and rec.get("check") == check:
+            kind = rec.get("kind")
+            return check, kind if isinstance(kind, str) and kind in policy_mod.KINDS else ""
+    return check, ""
+
+
+def node_documents(cfg, nodes: list[str]) -> dict[str, NodeDocument]:
+    """Each node's NodeDocument; nodes whose documents cannot be read are missing (the memory
+    by name and the untyped failure still work)."""
+    out = {}
+    try:
+        found = read_many(cfg, nodes, history=IDENTITY_RUNS)
+    except Exception:
+        return {}
+    for node, res in found.items():
+        keys: frozenset[str] = frozenset()
+        for run in [res.run or {}, *res.history]:
+            keys = identity_keys(run)
+            if keys:
+                break
+        check, kind = failure_kind(res.run or {})
+        if keys or check:
+            out[node] = NodeDocument(keys, check, kind)
+    return out
+
+
 def hardware_of(cfg, nodes: list[str]) -> dict[str, frozenset[str]]:
     """Each node's hardware identity ("instance:..", "gpu:..") from the latest of its recorded
     runs that carries one (its drift check's, at registration); empty when none can be read.
     The documents are the nodes' own (shared directory, read as airlock status reads them)."""
-    out = {}
-    try:
-        found = read_many(cfg, nodes, history=IDENTITY_RUNS)
-    except Exception:  # the memory by node alone still works
-        return {}
-    for node, res in found.items():
-        for run in [res.run or {}, *res.history]:
-            keys = identity_keys(run)
-            if keys:
-                out[node] = keys
-                break
-    return out
+    return {n: d.identity for n, d in node_documents(cfg, nodes).items() if d.identity}

@@ -56,6 +56,7 @@ CREATE TABLE IF NOT EXISTS heartbeat (
     polls INTEGER NOT NULL, last_poll REAL NOT NULL);
 """
 INTENT, ISSUED, DONE, REFUSED, ERROR, DRY = "intent", "issued", "done", "refused", "error", "dry"
+DROPPED = "dropped"  # an intent not sent after a restart: Slurm's view no longer called for it
 
 
 class StoreError(AirlockError):
@@ -271,7 +272,7 @@ class RecoveryStore:
             elif r["ts"] >= now - window:
                 reboots.append(Reboot(r["node"], r["check_name"], r["ts"],
                                       frozenset(json.loads(r["keys"]))))
-        return Memory(tuple(reboots), replaced, dict(identity or {}))
+        return Memory.build(reboots, replaced, dict(identity or {}))
 
     # --- what the rails read ---------------------------------------------------------------
     def ledger(self, now: float, rate_window: float, breaker_window: float) -> Ledger:

@@ -15,6 +15,7 @@ from airlock.dev.cloud import FakeCloud
 from airlock.dev.cluster import healthy_gpus
 from airlock.dev.demo import fast_recovery
 from airlock.recovery.store import RecoveryStore
+from tests.cluster.conftest import RELEASES
 from tests.cluster.recovery_db import case_state, db_rows
 
 pytestmark = pytest.mark.cluster
@@ -173,6 +174,46 @@ def test_sigkill_at_every_step_one_reboot_one_replace(cluster_factory, tmp_path)
     assert len(cloud.posts("replace")) == 1  # the restart asked (GET) instead of re-sending
     events = [e for (e,) in db_rows(db, "SELECT event FROM history WHERE node='node2'")]
     assert "resend" in events  # the intent that was never sent got sent once, after restart
+
+
+# Every release: 24.11 without accounting keeps the old FAIL reason on the resumed node, which
+# must read as history, not as Airlock's failure in force.
+@pytest.mark.slurm_variants(*RELEASES)
+def test_an_intent_left_by_a_kill_is_not_sent_to_a_node_a_person_resumed(cluster_factory,
+                                                                           tmp_path):
+    """The service journals a reboot for node2 and is SIGKILLed before sending it; a person
+    fixes the node and returns it to service; the restarted service re-decides the intent on
+    Slurm's view: no reboot reaches the node, and the history says why."""
+    db = tmp_path / "recovery.db"
+    cluster = cluster_factory(start=False, nodes=["node1", "node2"],
+                              airlock={"registration": {"level": "quick"},
+                                       "recovery": fast_recovery(db)})
+    cluster.write_files()
+    cluster.set_node_sim("node2", gpus=healthy_gpus(7))
+    cluster.start(wait=True)
+    proc = start_service(cluster, "recover_crash=after_intent:reboot")
+    assert proc.wait(60) == -signal.SIGKILL
+    assert db_rows(db, "SELECT kind, status FROM actions") == [("reboot", "intent")]
+    # The person's fix and `scontrol update state=resume`; the node's hook re-checks it.
+    cluster.set_node_sim("node2", gpus=healthy_gpus(8))
+    cluster.run(["scontrol", "update", "nodename=node2", "state=resume"])
+    cluster.wait(lambda: not cluster.node("node2").drained, 30, "node2 resumed")
+    log = tmp_path / "service.log"
+    with open(log, "wb") as out:
+        proc = start_service(cluster, log=out)
+        try:
+            cluster.wait(lambda: case_state(db, "node2") == "released" and polls(db) >= 3, 60,
+                         "the intent re-decided and the case released")
+        finally:
+            stop_service(proc)
+    assert db_rows(db, "SELECT kind, status FROM actions") == [("reboot", "dropped")]
+    assert reboots_queued(cluster, "node2") == 0
+    assert "REBOOT" not in " ".join(cluster.node("node2").flags)
+    (why,) = db_rows(db, "SELECT detail FROM history WHERE node='node2' "
+                         "AND event='intent_dropped'")
+    assert why[0].startswith("reboot airlock-1-reboot-node2 not sent after a restart: "
+                             "Airlock's failure is no longer in force"), why
+    assert not [e for e in service_events(log, "resend")]
 
 
 def test_mass_failure_trips_breaker_and_nothing_is_replaced(cluster_factory, tmp_path):

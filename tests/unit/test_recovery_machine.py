@@ -282,7 +282,7 @@ def test_decide_rate_limit_in_flight_and_cooldown():
 @pytest.mark.parametrize("text, message", [
     ("[[class]]\nname='a'\nladder=['explode']\n", "ladder must be a list"),
     ("[[class]]\nname='a'\ndetail='('\nladder=[]\n", "bad detail regex"),
-    ("[[class]]\nname='a'\nchecks=['x']\nladder=[]\n", "last class must match everything"),
+    ("[[class]]\nname='a'\nchecks=['xid']\nladder=[]\n", "last class must match everything"),
     ("[[class]]\nname='a'\nladder=[]\nextra=1\n", "unknown key 'extra'"),
     ("version = 2\n[[class]]\nname='a'\nladder=[]\n", "version 2 unsupported"),
     ("[[class]\n", "invalid TOML"),

@@ -105,9 +105,9 @@ class World:
     def poll(self) -> m.Decision:
         cases = self.store.cases()
         ledger = self.store.ledger(self.now, 3600, 600)
-        obs = {"n1": self.obs()}
-        d = m.decide(cases, [obs["n1"]], self.now, self.svc.policy, self.svc.settings, ledger,
-                     memory=self.svc.memory(cases, obs, self.now))
+        obs, memory = self.svc.documents(cases, {"n1": self.obs()}, self.now)
+        d = m.decide(cases, list(obs.values()), self.now, self.svc.policy, self.svc.settings,
+                     ledger, memory=memory)
         self.svc.commit_decision(cases, d, self.now, ledger, {})
         return d
 
@@ -201,3 +201,61 @@ def test_a_replacement_that_brings_back_the_same_hardware_keeps_its_memory(tmp_p
     with w.store.tx() as db:
         w.store.remember(db, "n1", "replace", "ecc", (), w.now)
     assert w.fails_and_gets() == "replace"
+
+
+# --- the memory follows the published hardware identity, never a placeholder ----------------
+def test_new_hardware_under_a_reused_name_starts_afresh_and_the_history_says_so():
+    # swapped outside the service (the cloud, a person, a timed-out replace): no replace row
+    old = {"instance:i-0old", "gpu:GPU-A"}
+    mem = m.Memory((reboot("n1", 100, "gpu_count", old), reboot("n1", 200, "gpu_count", old)),
+                   {}, {"n1": frozenset({"instance:i-0new", "gpu:GPU-B"})})
+    assert mem.not_cleared("n1", "gpu_count", 1000.0, 7 * DAY) == 0
+    o = m.Obs("n1", "airlock: FAIL gpu_count 7 GPUs", True, False, "2026-01-01T00:00:00")
+    step = m.plan(None, o, 1000.0, POLICY, None, memory=mem)
+    assert step.case.next_action == "reboot" and step.case.not_cleared == 0
+    assert ("memory", "the hardware under n1 changed since 2 earlier reboots for gpu_count "
+                      "(was instance:i-0old, now instance:i-0new): its memory starts afresh"
+            ) in step.events
+    # the same hardware keeps its count, under any name
+    same = m.Memory(mem.reboots, {}, {"n7": frozenset(old)})
+    assert same.not_cleared("n7", "gpu_count", 1000.0, 7 * DAY) == 2
+
+
+@pytest.mark.parametrize("placeholder", [
+    "03000200-0400-0500-0006-000700080009", "00000000-0000-0000-0000-000000000000",
+    "FFFFFFFF-FFFF-FFFF-FFFF-FFFFFFFFFFFF", "0000000000", "Not Specified",
+    "to be filled by o.e.m.", "DEFAULT STRING", " Default string "])
+def test_placeholder_identities_are_never_shared_keys(placeholder):
+    assert m.hardware_keys("n1", [f"instance:{placeholder}", "gpu:1650000001"]) == (
+        frozenset({f"instance:{placeholder}@n1", "gpu:1650000001"}),
+        (f"instance:{placeholder}",))
+    assert m.hardware_keys("n1", ["instance:i-0abc"]) == (frozenset({"instance:i-0abc"}), ())
+
+
+def test_boards_sharing_the_placeholder_uuid_share_no_memory():
+    uuid = "03000200-0400-0500-0006-000700080009"
+    mem = m.Memory.build(
+        (m.Reboot("n1", "ecc", 100, frozenset({f"instance:{uuid}"})),
+         m.Reboot("n1", "ecc", 200, frozenset({f"instance:{uuid}"}))),
+        {}, {"n1": frozenset({f"instance:{uuid}"}), "n2": frozenset({f"instance:{uuid}"})})
+    assert mem.not_cleared("n2", "ecc", 1000.0, 7 * DAY) == 0  # another board, same placeholder
+    assert mem.not_cleared("n1", "ecc", 1000.0, 7 * DAY) == 2  # by name with its placeholder
+    o = m.Obs("n2", ECC, True, False, "2026-01-01T00:00:00")
+    step = m.plan(None, o, 1000.0, POLICY, None, memory=mem)
+    assert step.case.next_action == "reboot"
+    assert ("memory", f"placeholder identity instance:{uuid} is no hardware key: counted with "
+                      "the node name n2") in step.events
+
+
+def test_the_service_starts_a_swapped_node_afresh(tmp_path):
+    w = World(tmp_path)
+    w.publish(["GPU-A"], instance="i-0abc")
+    for _ in range(2):
+        assert w.fails_and_gets() == "reboot"
+        w.reboots_and_passes()
+        w.now += DAY
+    # a person swapped the board under the same name: no replace the service knows of
+    w.publish(["GPU-NEW"], instance="i-0new")
+    assert w.fails_and_gets() == "reboot"
+    history = [h["detail"] for h in w.store.history("n1") if h["event"] == "memory"]
+    assert any("changed since 2 earlier reboots for ecc" in d for d in history), history

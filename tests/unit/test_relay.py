@@ -86,3 +86,36 @@ def test_a_flood_of_idle_sockets_does_not_lock_out_members():
             s.close()
         relay.close()
         store.close()
+
+
+def test_idle_sockets_from_a_members_own_address_do_not_lock_it_out():
+    """Issue 25, item 9: the handshake slots were held per source address, so 32 idle
+    connections from the member's own address (another process on its node, or a NAT in
+    front of it) took every slot of that address for their 10 s handshake timeout and the
+    member was answered BUSY throughout. Now a connection that has not finished its handshake
+    IDLE_EVICT_S after its accept gives its slot to a newcomer when its source is full."""
+    secret = rendezvous.new_secret().encode()
+    store = socket.socket()
+    store.bind(("127.0.0.1", 0))
+    store.listen(64)
+    relay = rendezvous.HostRelay("127.0.0.1", 0, store.getsockname()[1], secret)
+    flood = _idle_flood(relay.port, rendezvous.MAX_PENDING_PER_SOURCE, "127.0.0.1")
+    try:
+        end = time.monotonic() + 20
+        while relay.pending() < rendezvous.MAX_PENDING_PER_SOURCE and time.monotonic() < end:
+            time.sleep(0.05)
+        assert relay.pending() == rendezvous.MAX_PENDING_PER_SOURCE
+        # Every slot of 127.0.0.1 is held by a silent socket older than the eviction age.
+        time.sleep(getattr(rendezvous, "IDLE_EVICT_S", 1.0) + 0.2)
+        s = socket.create_connection(("127.0.0.1", relay.port), timeout=5)
+        try:
+            rendezvous.client_handshake(s, secret)  # no Busy: an idle socket gave way
+        finally:
+            s.close()
+        assert relay.evicted == 1 and relay.busy == 0
+        assert relay.pending() <= rendezvous.MAX_PENDING_PER_SOURCE
+    finally:
+        for s in flood:
+            s.close()
+        relay.close()
+        store.close()
