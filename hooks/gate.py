@@ -170,6 +170,11 @@ def watch(hook: Hook) -> str:
             held = f"cannot confirm isolation ({exc})"
         return f"registration suite {record['run_id']} running {age:.0f}s; {held}"
     state = nodestate.NodeState(cfg, hook.node)
+    if not alive and record.get("phase") == nodestate.STARTING:
+        # The hook that recorded this attempt was killed before it started the suite: no suite
+        # ran, so the attempt is not spent (and never a verdict on the node): start it now.
+        return (f"attempt {record['attempt']} was recorded but never started; "
+                + start_suite(hook, record["trigger"], record["attempt"]))
     if alive:
         _kill_session(record["pid"], record.get("pid_start"))
         why = f"suite timeout after {age:.0f}s"
