@@ -79,12 +79,12 @@ class Suite:
         current = self.slurm.node(self.node)
         if drains.unclaimed(current):
             drains.isolate(self.slurm, self.node, self.level, self.trigger, current=current)
-            if not current.drained or current.busy:
-                return "drain just set"
-            # It was drained all along and idle, only its reason was gone (a FUTURE node
-            # registering on 22.05): no job could start meanwhile, so the claim put back is the
-            # isolation, without asking Slurm again.
-        elif current.busy:
+            # Even a node that was drained and idle, only its reason gone (a FUTURE node
+            # registering on 22.05), is read again: the read is older than the claim just set,
+            # and an admin's resume and a job may have come in between (the drain does not
+            # stop a running job). The next poll, POLL_S later, confirms it.
+            return "drain just set"
+        if current.busy:
             return f"jobs still running ({current.state_text})"
         self.seen = current
         return ""
