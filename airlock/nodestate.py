@@ -178,6 +178,8 @@ class NodeState:
             data.update(status="done", verdict=verdict,
                         finished_uptime=round(boot_mod.uptime(), 3), finished_at=time.time(),
                         slurm_pending=slurm_pending)
+            if data.get("phase") == STARTING:
+                data.pop("phase")
             if error:
                 data["error"] = error
             if detail:

@@ -94,3 +94,44 @@ def test_waiting_for_jobs_asks_less_and_less_often(fake_node, monkeypatch):
     suite.wait_for_isolation()
     assert pauses == [2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0, 30.0]
     assert len(node.slurm.calls("show")) == len(pauses) + 1
+
+
+def test_a_proven_boot_reads_slurm_once_when_the_settle_window_closes(fake_node):
+    """Issue 25 item 12: the HealthCheckProgram on a proven boot reads the node once, when the
+    window in which a racing drain can still land has closed, not at every run within it
+    (main: every run for 90 s after the pass, 2 RPCs each: 41 RPCs per joining node at
+    HealthCheckInterval=5)."""
+    node = fake_node(level="quick")
+    node.prove()  # just passed: the window is open
+    for _ in range(3):
+        out = node.run("healthcheck")
+        assert out.returncode == 0, out.stderr
+    assert node.slurm.calls() == [], node.slurm.calls()
+    rec = node.record()
+    rec["finished_uptime"] = round(max(0.0, boot.uptime() - 3600), 3)  # the window closed
+    node.state.save(rec)
+    node.run("healthcheck")
+    assert reads_and_updates(node) == (1, 0), node.slurm.calls()
+    node.slurm.clear_log()
+    node.run("healthcheck")
+    assert node.slurm.calls() == []
+
+
+def test_the_periodic_hook_asks_slurm_nothing_while_the_suite_runs(fake_node):
+    """Issue 25 item 12: the suite keeps its own drain (before each check, while it waits), so
+    a periodic run that finds it alive and in time reads nothing (main read the node at every
+    run: 147 RPCs per joining node in a 70-node group join at HealthCheckInterval=5). A job
+    that comes anyway is refused by the prolog, which makes sure of the drain."""
+    node = fake_node(level="quick", flags=["DRAIN"], reason="airlock: pending quick check new")
+    state = node.state
+    state.start("r1", boot.current("n1"), os.getpid(), "quick", "new")
+    state.set_process("r1", os.getpid())  # this test's process plays the live suite
+    state.phase("r1", "checking")
+    for _ in range(3):
+        out = node.run("healthcheck")
+        assert out.returncode == 0 and "running" in out.stderr, out.stderr
+    assert node.slurm.calls() == [], node.slurm.calls()
+    node.slurm.set("n1", flags=[], reason="")  # an admin's resume; a job arrives
+    out = node.run("prolog")
+    assert out.returncode == 1, out.stderr
+    assert node.slurm.node("n1")["reason"] == "airlock: pending quick check new", out.stderr
