@@ -39,6 +39,10 @@ PASSED = ("pass", "warn")
 PENDING = ("", "resume", "fail")
 
 PROVEN, RUNNING, FAILED, ADOPTED, NONE = "proven", "running", "failed", "adopted", "none"
+# The phase of a run the hook has recorded but whose suite it has not started yet: its pid is
+# the hook's own. Found with that process gone, the suite never ran (the hook was killed in
+# between), and that attempt is started again rather than counted.
+STARTING = "starting"
 
 _TYPES: dict[str, tuple[type, ...]] = {
     "node": (str,), "run_id": (str,), "status": (str,), "level": (str,), "trigger": (str,),
@@ -136,7 +140,7 @@ class NodeState:
                 "status": "running", "verdict": None, "pid": pid,
                 "pid_start": boot_mod.process_start(pid), "level": level, "trigger": trigger,
                 "attempt": attempt, "started_uptime": round(now.uptime, 3),
-                "started_at": time.time(), "slurm_pending": ""}
+                "started_at": time.time(), "slurm_pending": "", "phase": STARTING}
         self.save(data)
         return data
 
@@ -174,6 +178,8 @@ class NodeState:
             data.update(status="done", verdict=verdict,
                         finished_uptime=round(boot_mod.uptime(), 3), finished_at=time.time(),
                         slurm_pending=slurm_pending)
+            if data.get("phase") == STARTING:
+                data.pop("phase")
             if error:
                 data["error"] = error
             if detail:
@@ -189,6 +195,8 @@ class NodeState:
             data = self.load()
             if data is not None and data["run_id"] == run_id and data["status"] == "running":
                 data.update(pid=pid, pid_start=boot_mod.process_start(pid))
+                if data.get("phase") == STARTING:
+                    data.pop("phase")  # (the suite may have written its own phase already)
                 self.save(data)
 
     def phase(self, run_id: str, phase: str) -> None:

@@ -29,7 +29,7 @@ import time
 from typing import Any
 
 from airlock import config as config_mod
-from airlock import drains, finish, nodestate, paths, reasons
+from airlock import drains, finish, gate_machine, nodestate, paths, reasons
 from airlock.checks.base import failed, inconclusive, passed
 from airlock.checks.context import Context
 from airlock.errors import AirlockError, where
@@ -77,14 +77,15 @@ class Suite:
         """"" when Slurm shows the node drained and running no job, else why not (after putting
         Airlock's drain back if it is missing)."""
         current = self.slurm.node(self.node)
-        if drains.unclaimed(current):
+        step = gate_machine.isolation(current)
+        if step == gate_machine.CLAIM:
             drains.isolate(self.slurm, self.node, self.level, self.trigger, current=current)
-            if not current.drained or current.busy:
-                return "drain just set"
-            # It was drained all along and idle, only its reason was gone (a FUTURE node
-            # registering on 22.05): no job could start meanwhile, so the claim put back is the
-            # isolation, without asking Slurm again.
-        elif current.busy:
+            # Even a node that was drained and idle, only its reason gone (a FUTURE node
+            # registering on 22.05), is read again: the read is older than the claim just set,
+            # and an admin's resume and a job may have come in between (the drain does not
+            # stop a running job). The next poll, POLL_S later, confirms it.
+            return "drain just set"
+        if step == gate_machine.WAIT:
             return f"jobs still running ({current.state_text})"
         self.seen = current
         return ""

@@ -26,20 +26,18 @@ import time
 
 from airlock import boot as boot_mod
 from airlock import config as config_mod
-from airlock import drains, nodestate, paths, reasons
+from airlock import drains, gate_machine, nodestate, paths, reasons
 from airlock.errors import OwnError, SlurmError
 from airlock.hooks.common import Hook
 from airlock.results import new_run_id
 
-GRACE_S = 60.0  # past suite_timeout, how long a suite may take to report before it is failed
-MAX_ATTEMPTS = 2  # a suite that dies without a verdict is re-run once, then failed
-# A suite that failed for Airlock's own trouble is retried: at once when the trouble was in
-# starting it (a directory or the config: retrying costs nothing while it lasts), after this
-# many seconds when the suite itself ran and failed (a crash, slurmctld away for its timeout).
-RETRY_OWN_ERROR_S = 600.0
-CHEAP_RETRY = ("config", "state_dir", "log_dir")
-DIED = "suite died without a verdict"
-
+# The lifecycle's numbers live with its decisions (airlock.gate_machine); named here too for
+# the callers and tests that read them from the hooks.
+GRACE_S = gate_machine.GRACE_S
+MAX_ATTEMPTS = gate_machine.MAX_ATTEMPTS
+RETRY_OWN_ERROR_S = gate_machine.RETRY_OWN_ERROR_S
+CHEAP_RETRY = gate_machine.CHEAP_RETRY
+DIED = gate_machine.DIED
 
 def start_suite(hook: Hook, trigger: str, attempt: int = 1, current=None) -> str:
     """Record the suite for this boot, isolate the node, start the suite detached; return
@@ -155,39 +153,6 @@ def hold(hook: Hook, why: str) -> str:
     return "drained again"
 
 
-def watch(hook: Hook) -> str:
-    """This boot's suite is running (per the record): keep it honest."""
-    cfg, record = hook.cfg, hook.proof.record
-    now = hook.now
-    age = now.uptime - float(record["started_uptime"])
-    limit = cfg.registration.suite_timeout + GRACE_S
-    alive = boot_mod.alive(record["pid"], record.get("pid_start"))
-    waiting = record.get("phase") == "waiting"  # for jobs to end or slurmctld: no timeout yet
-    if alive and (age <= limit or waiting):
-        try:
-            held = hold(hook, record["trigger"])
-        except SlurmError as exc:
-            held = f"cannot confirm isolation ({exc})"
-        return f"registration suite {record['run_id']} running {age:.0f}s; {held}"
-    state = nodestate.NodeState(cfg, hook.node)
-    if alive:
-        _kill_session(record["pid"], record.get("pid_start"))
-        why = f"suite timeout after {age:.0f}s"
-    elif record["attempt"] < MAX_ATTEMPTS:
-        # Recorded before the next attempt starts; a hook killed in between (slurmd's 60 s
-        # kill) leaves this record, and the next hook starts the next attempt (settle_failed).
-        if not state.finish(record["run_id"], "error", error=DIED,
-                            reason=reasons.failure("suite", DIED).format()):
-            return ended_meanwhile(state)
-        return f"{DIED}; " + retry_died(hook, record)
-    else:
-        why = f"{DIED} ({record['attempt']} attempts)"
-    if not state.finish(record["run_id"], "fail", error=why, detail=why):
-        return ended_meanwhile(state)
-    res = drains.fail(hook.slurm(), hook.node, reasons.failure("registration", why))
-    return f"registration {why}: {'drained' if res.changed else res.why}"
-
-
 def ended_meanwhile(state: nodestate.NodeState) -> str:
     """The suite wrote its verdict (or a newer run took over) after this hook read the record:
     the next run acts on what it wrote."""
@@ -206,80 +171,8 @@ def _kill_session(pid: int, start) -> None:
         pass
 
 
-def retry_died(hook: Hook, record: dict) -> str:
-    return start_suite(hook, record["trigger"], record["attempt"] + 1)
-
-
-def settle_failed(hook: Hook) -> str:
-    """This boot failed its registration: the node stays out until something acts."""
-    record = hook.proof.record
-    if record.get("error") == DIED and record["attempt"] < MAX_ATTEMPTS:
-        # A suite that died, whose next attempt was never started (the hook that saw it die
-        # was killed): start it now, as that hook would have.
-        return f"{DIED} (attempt {record['attempt']}); " + retry_died(hook, record)
-    slurm = hook.slurm()
-    current = slurm.node(hook.node)
-    detail = record.get("detail") or record.get("error") or "failed"
-    if record.get("slurm_pending") == "fail":
-        # The suite could not set its verdict (no controller then): set it now.
-        res = drains.fail(slurm, hook.node, _failure_of(record))
-        nodestate.NodeState(hook.cfg, hook.node).settle(record["run_id"])
-        return f"registration failed ({detail}): {'drained' if res.changed else res.why}"
-    wanted = _failure_of(record)
-    if wanted.own_error and not current.busy:
-        # Airlock's own trouble (Slurm unreachable, a crash), not the node's: try again, but
-        # not at every hook run.
-        since = hook.now.uptime - float(record.get("finished_uptime") or 0)
-        if wanted.subject in CHEAP_RETRY or since >= RETRY_OWN_ERROR_S:
-            return f"registration failed for Airlock's own reason ({detail}); retry: " + \
-                start_suite(hook, "retry")
-    if current.drained:
-        return f"registration failed ({detail}); node stays drained"
-    # Someone resumed the node after the failure: re-run the registration before any job.
-    return f"resumed after a failed registration; re-check: {start_suite(hook, 'recheck')}"
-
-
-def _failure_of(record: dict) -> reasons.Reason:
-    """The failure the suite wanted to set (record["reason"]), else a generic one."""
-    wanted = reasons.parse(record.get("reason", ""))
-    if wanted is not None and wanted.is_failure:
-        return wanted
-    return reasons.failure("registration", record.get("detail") or record.get("error")
-                           or "failed")
-
-
 def trigger_for(proof: nodestate.Proof) -> str:
-    """Why this boot needs a registration: new (never seen), boot (a new boot of a node with a
-    record), record (a record that is damaged, copied from elsewhere or of an old version)."""
-    if proof.record is None:
-        return "new" if proof.why == "no record" else "record"
-    return "boot" if proof.why in ("boot id changed", "boot clock restarted") else "record"
-
-
-def first_sight(hook: Hook, allow_adopt: bool) -> str:
-    """No proof for this boot. Adopt a node that is running jobs in a boot Slurm has seen (no
-    drain; the caller runs the quick level), when allowed; isolate and check anything else.
-    The prolog never adopts: a job is waiting, and it is refused either way."""
-    proof = hook.proof
-    trigger = trigger_for(proof)
-    current = None
-    if allow_adopt and trigger != "boot":
-        try:
-            # half of the hook's time at most: the record and the drain must follow it
-            with hook.slurm().sooner(0.5) as slurm:
-                current = slurm.node(hook.node)
-        except SlurmError:
-            current = None  # cannot tell: isolate (the suite waits for Slurm before heavy work)
-        if current is not None and current.busy and slurm_saw_boot(current.boot_time, hook.now):
-            state = nodestate.NodeState(hook.cfg, hook.node)
-            try:
-                state.adopt(hook.now, new_run_id(hook.node), f"running jobs ({trigger})")
-            except OSError as exc:
-                raise OwnError("state_dir", f"{state.path.parent}: {exc.strerror or exc}") \
-                    from None
-            return f"adopted: first seen running jobs ({current.state_text})"
-    why = "" if trigger != "record" else f" ({proof.why})"
-    return start_suite(hook, trigger, current=current) + why
+    return gate_machine.trigger_for(proof)
 
 
 def slurm_saw_boot(boot_time: str, now: boot_mod.Boot | None, tolerance: float = 120.0) -> bool:
@@ -296,25 +189,133 @@ def slurm_saw_boot(boot_time: str, now: boot_mod.Boot | None, tolerance: float =
     return abs(slurm_boot - ours) <= tolerance
 
 
+# --- asking the machine, and carrying out its step -------------------------------------------
+def facts(hook: Hook) -> gate_machine.Facts:
+    proof = hook.proof
+    record = proof.record or {}
+    alive = proof.state == nodestate.RUNNING and \
+        boot_mod.alive(record.get("pid"), record.get("pid_start"))
+    return gate_machine.Facts(
+        who=gate_machine.PROLOG if hook.name == "prolog" else gate_machine.PERIODIC,
+        proof=proof, uptime=hook.now.uptime if hook.now is not None else 0.0, alive=alive,
+        suite_timeout=hook.cfg.registration.suite_timeout)
+
+
+def read_view(hook: Hook):
+    """Slurm's view of the node, as plan() asked for it. On first sight, within half of the
+    hook's time (the record and the drain must follow it), and a Slurm that does not answer is
+    UNKNOWN (the boot is isolated: the suite waits for Slurm before heavy work); elsewhere its
+    SlurmError is the hook's own error (hooks.common)."""
+    if hook.proof.state == nodestate.NONE:
+        try:
+            with hook.slurm().sooner(0.5) as slurm:
+                return slurm.node(hook.node)
+        except SlurmError as exc:
+            return gate_machine.Unknown(str(exc))
+    return hook.slurm().node(hook.node)
+
+
+def decide(hook: Hook, who: str | None = None) -> tuple[gate_machine.Step, object]:
+    """plan()'s step for this hook, with Slurm read only when the step needs it."""
+    f = facts(hook)
+    if who is not None:
+        f = f._replace(who=who)
+    step = gate_machine.plan(f)
+    if step.kind != gate_machine.READ:
+        return step, None
+    view = read_view(hook)
+    saw = not isinstance(view, gate_machine.Unknown) and slurm_saw_boot(view.boot_time, hook.now)
+    return gate_machine.plan(f._replace(view=view, saw_boot=saw)), view
+
+
 def lock(hook: Hook) -> str:
     """Bring an unproven boot to where it must be (see the module docstring)."""
-    proof = hook.proof
-    if proof.state == nodestate.RUNNING:
-        return watch(hook)
-    if proof.state == nodestate.FAILED:
-        return settle_failed(hook)
-    if proof.state == nodestate.ADOPTED:
-        return adopted(hook, job_waiting=hook.name == "prolog")
-    return first_sight(hook, allow_adopt=hook.name != "prolog")
+    step, view = decide(hook)
+    return carry_out(hook, step, view)
+
+
+def first_sight(hook: Hook, allow_adopt: bool) -> str:
+    """No proof for this boot: adopt it or isolate it (the prolog never adopts)."""
+    step, view = decide(hook, None if allow_adopt else gate_machine.PROLOG)
+    return carry_out(hook, step, view)
 
 
 def adopted(hook: Hook, job_waiting: bool) -> str:
     """An adopted boot under "when-idle": check it once no job runs, or when a job arrives
     (the suite then waits for the node to drain)."""
-    if job_waiting:
-        return "adopted boot, a job arrived: " + start_suite(hook, "adopt")
-    current = hook.slurm().node(hook.node)
-    if current.busy:
-        return f"adopted, running jobs ({current.state_text}); registration when idle"
-    return "adopted boot now idle: " + start_suite(hook, "adopt")
+    step, view = decide(hook, gate_machine.PROLOG if job_waiting else gate_machine.PERIODIC)
+    return carry_out(hook, step, view)
 
+
+def carry_out(hook: Hook, step: gate_machine.Step, view) -> str:
+    """Do what plan() decided; what happened, for the hook's log line."""
+    M = gate_machine
+    kind, record = step.kind, hook.proof.record or {}
+    current = None if view is None or isinstance(view, M.Unknown) else view
+    state = nodestate.NodeState(hook.cfg, hook.node)
+    if kind == M.ADOPT:
+        try:
+            state.adopt(hook.now, new_run_id(hook.node), step.why)
+        except OSError as exc:
+            raise OwnError("state_dir", f"{state.path.parent}: {exc.strerror or exc}") \
+                from None
+        return f"adopted: first seen running jobs ({current.state_text})"
+    if kind == M.START:
+        if hook.proof.state == nodestate.ADOPTED:
+            return f"{step.why}: " + start_suite(hook, step.trigger)
+        why = "" if step.trigger != "record" else f" ({hook.proof.why})"
+        return start_suite(hook, step.trigger, current=current) + why
+    if kind == M.WAIT_IDLE:
+        return f"adopted, {step.why}; registration when idle"
+    if kind in (M.WATCH, M.HOLD):
+        head = f"registration suite {record['run_id']} {step.why}"
+        if kind == M.WATCH:
+            return f"{head}; the suite keeps its drain"
+        try:
+            held = hold(hook, record["trigger"])
+        except SlurmError as exc:
+            held = f"cannot confirm isolation ({exc})"
+        return f"{head}; {held}"
+    if kind == M.RESTART:
+        return f"{step.why}; " + start_suite(hook, step.trigger, step.attempt)
+    if kind == M.RETRY:
+        if hook.proof.state == nodestate.RUNNING:
+            # Recorded before the next attempt starts; a hook killed in between (slurmd's 60 s
+            # kill) leaves this record, and the next hook starts the next attempt.
+            if not state.finish(record["run_id"], "error", error=DIED,
+                                reason=reasons.failure("suite", DIED).format()):
+                return ended_meanwhile(state)
+            return f"{DIED}; " + start_suite(hook, step.trigger, step.attempt)
+        return f"{step.why}; " + start_suite(hook, step.trigger, step.attempt)
+    if kind in (M.KILL_FAIL, M.FAIL_DIED):
+        if kind == M.KILL_FAIL:
+            _kill_session(record["pid"], record.get("pid_start"))
+        why = step.why
+        if not state.finish(record["run_id"], "fail", error=why, detail=why):
+            return ended_meanwhile(state)
+        res = drains.fail(hook.slurm(), hook.node, reasons.failure("registration", why))
+        return f"registration {why}: {'drained' if res.changed else res.why}"
+    detail = record.get("detail") or record.get("error") or "failed"
+    if kind == M.SET_FAIL:
+        # The suite could not set its verdict (no controller then): set it now.
+        res = drains.fail(hook.slurm(), hook.node, M.failure_of(record))
+        state.settle(record["run_id"])
+        return f"registration failed ({detail}): {'drained' if res.changed else res.why}"
+    if kind == M.RETRY_OWN:
+        return f"registration failed for Airlock's own reason ({detail}); retry: " + \
+            start_suite(hook, step.trigger)
+    if kind == M.KEEP_FAILED:
+        return f"registration failed ({detail}); node stays drained"
+    if kind == M.RECHECK:
+        return f"resumed after a failed registration; re-check: {start_suite(hook, step.trigger)}"
+    return step.why or kind
+
+
+def watch(hook: Hook) -> str:
+    """This boot's suite is running (per the record): keep it honest."""
+    return lock(hook)
+
+
+def settle_failed(hook: Hook) -> str:
+    """This boot failed its registration: the node stays out until something acts."""
+    return lock(hook)

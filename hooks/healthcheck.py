@@ -23,7 +23,7 @@ import os
 import sys
 import time
 
-from airlock import finish, nodestate, slurmconf
+from airlock import finish, gate_machine, nodestate, slurmconf
 from airlock.hooks.common import Hook, guard
 
 
@@ -54,42 +54,40 @@ def done_history(run: dict) -> bool:
     return run["verdict"] == "fail"
 
 
-# How long after a suite's verdict a drain from a hook that raced it can still land: the
-# HealthCheckProgram is killed at 60 s, and one Slurm call takes at most [slurm] timeout.
-SETTLE_S = 90.0
+SETTLE_S = gate_machine.SETTLE_S  # (the settle window: airlock.gate_machine.settle)
 
 
 def settle_claim(hook: Hook) -> str:
-    """The invariant that keeps a proven node from being stuck out of service: on a proven
-    boot no suite can be running (its record is done), so Airlock's pending or checking claim
-    in force is left over (a hook's drain that raced the suite's pass and landed after the
-    resume; a resume the suite could not make) and is released. A foreign drain and a failure
-    stay. One Slurm read, only until a read after the proof settled found nothing: the pass
-    path of a settled proof makes no Slurm call."""
-    record = hook.proof.record
-    if record is None or record.get("status") != "done":
-        return ""  # adopted under next-reboot: Airlock set no claim on this boot
-    pending = record.get("slurm_pending") == "resume"
-    finished = float(record.get("finished_uptime") or 0.0)
-    if not pending and float(record.get("claim_checked_uptime") or 0.0) >= finished + SETTLE_S:
+    """The invariant that keeps a proven node from being stuck out of service, decided by
+    airlock.gate_machine.settle (its one home): the suite's resume left to the hooks is made;
+    once the window in which a racing drain can still land has closed, one read, and Airlock's
+    pending or checking claim in force is released. A foreign drain and a failure stay. Before
+    the window closes, and once the read found nothing, the pass path makes no Slurm call."""
+    M = gate_machine
+    now = hook.now.uptime if hook.now is not None else 0.0
+    f = M.Facts(M.PERIODIC, hook.proof, now)
+    step = M.settle(f)
+    if step.kind == M.NOTHING:
         return ""
     from airlock import drains  # the Slurm client: only this rare path needs it
 
+    record = hook.proof.record
     slurm = hook.slurm()
     state = nodestate.NodeState(hook.cfg, hook.node)
-    claim = slurm.node(hook.node).claim
-    msg = ""
-    if pending:  # the suite's own resume, left to us: its drain may also have lost its reason
+    closed = now >= float(record.get("finished_uptime") or 0.0) + SETTLE_S
+    if step.kind == M.RESUME_PENDING:
+        # the suite's own resume, left to us: its drain may also have lost its reason
         res = drains.release(slurm, hook.node, record["level"], record["trigger"])
         state.settle(record["run_id"])
-        msg = f"; pending resume: {'resumed' if res.changed else res.why}"
-    elif claim is not None and claim.state in ("pending", "checking"):
+        if closed:
+            state.claim_checked(record["run_id"], now)
+        return f"; pending resume: {'resumed' if res.changed else res.why}"
+    step = M.settle(f._replace(view=slurm.node(hook.node)))  # it asked to READ
+    msg = ""
+    if step.kind == M.RELEASE:
         res = drains.release(slurm, hook.node)
-        msg = (f"; Airlock's {claim.state} claim on a proven boot: "
-               f"{'resumed' if res.changed else res.why}")
-    now = hook.now.uptime if hook.now is not None else 0.0
-    if now >= finished + SETTLE_S:
-        state.claim_checked(record["run_id"], now)
+        msg = f"; {step.why}: {'resumed' if res.changed else res.why}"
+    state.claim_checked(record["run_id"], now)
     return msg
 
 

@@ -291,3 +291,63 @@ def test_stuck_needs_an_old_claim_and_no_job_left():
     failed = Node("n1", "IDLE", frozenset({"DRAIN"}), "airlock: FAIL gpu_count 7",
                   reason_time=old)
     assert status.stuck(failed, 1800) == ""
+
+
+# --- the lifecycle's numbers (issue 25 item 11: mutations no test caught) -----------------------
+def test_a_verdict_is_timed_on_the_boot_clock(tmp_path):
+    """finished_uptime is what the settle window and the own-error retry count from, against
+    the boot clock: a wall-clock stamp (about 1.8e9) would keep the window open for ever."""
+    state = nodestate.NodeState(config.from_dict({"state_dir": str(tmp_path)}), "n1")
+    state.start("r", boot.current("n1"), os.getpid(), "standard", "boot")
+    before = boot.uptime()
+    assert state.finish("r", "pass")
+    finished = state.load()["finished_uptime"]
+    assert before - 0.01 <= finished <= boot.uptime(), finished
+
+
+def test_adoption_needs_slurms_boot_time_of_this_boot():
+    """A BootTime from the previous boot means Slurm's view of the node's jobs is from before
+    the reboot: no adoption. Within two minutes of this boot's start is this boot (slurmd
+    computes BootTime from the wall clock and the uptime: a second or so of play)."""
+    from airlock.hooks import gate
+
+    now = boot.Boot("n1", "id-1", 4000.0)
+    ours = time.time() - now.uptime
+
+    def stamp(epoch: float) -> str:
+        return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(epoch))
+
+    assert gate.slurm_saw_boot(stamp(ours + 1), now)
+    assert gate.slurm_saw_boot(stamp(ours - 60), now)
+    for earlier in (600.0, 3600.0, 86400.0, 20 * 86400.0):  # a previous boot
+        assert not gate.slurm_saw_boot(stamp(ours - earlier), now), earlier
+    assert not gate.slurm_saw_boot("", now) and not gate.slurm_saw_boot("Unknown", now)
+
+
+def test_a_busy_node_whose_boot_slurm_has_not_seen_is_isolated_not_adopted(fake_node):
+    """The same, through the HealthCheckProgram: Slurm's BootTime is an hour before this boot
+    (it has not seen the node register since the reboot), so its jobs are stale news."""
+    from tests.unit.fakeslurm import this_boot_time
+
+    previous = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(
+        time.mktime(time.strptime(this_boot_time(), "%Y-%m-%dT%H:%M:%S")) - 3600))
+    node = fake_node(state="ALLOCATED", cpu_alloc=4, boot_time=previous)
+    out = node.run("healthcheck")
+    assert "adopted" not in out.stderr, out.stderr
+    rec = node.record()
+    assert rec["status"] == "running" and rec["trigger"] == "new", rec
+    assert node.slurm.node("n1")["reason"] == "airlock: pending quick check new"
+
+
+def test_a_suite_that_died_twice_fails_the_registration(fake_node):
+    """Two attempts, not three: attempt 2's suite died too, so the boot fails."""
+    node = fake_node()
+    state = node.state
+    state.start("r2", boot.current("n1"), 999_999, "quick", "boot", attempt=2)
+    state.set_process("r2", 999_999)  # it ran, and is gone
+    node.slurm.set("n1", flags=["DRAIN"], reason="airlock: pending quick check boot")
+    out = node.run("healthcheck")
+    rec = node.record()
+    assert rec["run_id"] == "r2" and rec["verdict"] == "fail", (rec, out.stderr)
+    assert node.slurm.node("n1")["reason"] == (
+        "airlock: FAIL registration suite died without a verdict (2 attempts)")
