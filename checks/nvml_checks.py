@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from airlock.checks.base import Outcome, failed, passed, skipped, warned
+from airlock.checks.base import Outcome, Verdict, failed, passed, skipped, warned
 from airlock.nvml import Gpu, NvmlError, NvmlTimeout, Snapshot
 from airlock.profiles import node_pci_gpus
 
@@ -61,7 +61,8 @@ def verdict_nvml(snap: Snapshot | None, error: BaseException | None = None,
     if error is not None:
         # The reason reads "airlock: FAIL nvml timeout: ..." (not "nvml nvml timeout").
         text = str(error).removeprefix("nvml ") if check == "nvml" else str(error)
-        return failed(check, text, "reboot" if isinstance(error, NvmlTimeout) else "")
+        hung = isinstance(error, NvmlTimeout)  # the driver hung: never waited for again
+        return Outcome(check, Verdict.FAIL, text, None, "reboot" if hung else "", timed_out=hung)
     assert snap is not None
     if snap.source == "none":
         why = snap.note or "NVML not available"
