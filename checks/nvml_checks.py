@@ -29,9 +29,9 @@ def snapshot_or_outcome(ctx, check: str) -> Snapshot | Outcome:
     try:
         return ctx.snapshot
     except NvmlError as exc:
-        if getattr(ctx, "_nvml_reported", False):
-            return skipped(check, "no NVML data (see check nvml)")
-        ctx._nvml_reported = True
+        # Each check that needs NVML reports its failure itself: a skip pointing at `nvml`
+        # would pass the node whenever `nvml` is observed. (A hung driver is not waited for
+        # again: nvml.gather refuses at once while the earlier call is still stuck.)
         return verdict_nvml(None, exc, check=check)
 
 
@@ -80,7 +80,6 @@ def check_nvml(ctx) -> Outcome:
     try:
         snap = ctx.snapshot
     except NvmlError as exc:
-        ctx._nvml_reported = True
         return verdict_nvml(None, exc)
 
     return verdict_nvml(snap, pci_gpus=node_pci_gpus(ctx) if snap.source == "none" else ())
