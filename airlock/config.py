@@ -4,11 +4,14 @@ The path comes from $AIRLOCK_CONFIG, else /etc/airlock/airlock.toml. Every key h
 minimal (even empty) file works, and so does no file at the default path (`airlock doctor` says
 so); a file that $AIRLOCK_CONFIG names must exist. Errors name the file, the key and the problem.
 
-Sections are plain dataclasses (airlock.settings, airlock.recovery.settings), built and
-validated when first used: a mistake in a section a process does not use (a compute node's hook
-never reads [recovery]) never breaks that process. `Config.problems()` lists every mistake in
-the file for `airlock doctor`. SECTIONS names each section's class as "module:Class" in those
-leaf modules, imported on first use, so the quick path imports only what it uses.
+Sections are plain classes (airlock.settings, airlock.recovery.settings). load() validates
+the file whole, every section it holds, before any check runs: a typo anywhere, even in a
+section this process never reads, is a ConfigError (Airlock's own error, `airlock: FAIL config
+...`), never the FAIL of the check whose section it is (a section validated when its check
+first read it made one typo in [flaps] drain every proven node). `Config.problems()` lists
+every mistake in the file for `airlock doctor` (load(whole=False)). SECTIONS names each
+section's class as "module:Class" in those leaf modules, imported only when the file has that
+section or a process reads it.
 
 When the file cannot be loaded at all, `salvage()` still reads the few keys a hook needs to fail
 closed (state_dir, log_dir, [slurm] conf and bin_dir), line by line if the TOML is broken.
@@ -92,10 +95,10 @@ class Config:
                 _check_path(value, key, path, required=key != "shared_dir")
             setattr(self, key, value)
         for name in sorted(set(raw) - set(TOP_LEVEL) - set(SECTIONS)):
+            # A misspelt key or section would silently leave its defaults in force.
             if not isinstance(raw[name], dict):
-                # A misspelt top-level key would silently leave its default in force.
                 raise ConfigError(f"config {path}: unknown key '{name}'")
-            self.warnings.append(f"config {path}: unknown section [{name}] is ignored")
+            raise ConfigError(f"config {path}: unknown section [{name}]")
 
     def section(self, name: str) -> Any:
         if name not in self._sections:
@@ -138,7 +141,9 @@ def config_path(path: str | os.PathLike | None = None) -> tuple[str, bool]:
     return str(named or DEFAULT_PATH), bool(named)
 
 
-def load(path: str | os.PathLike | None = None) -> Config:
+def load(path: str | os.PathLike | None = None, whole: bool = True) -> Config:
+    """The config, every section in the file validated (whole=False: only what is read,
+    for a tool that lists every mistake itself)."""
     path, named = config_path(path)
     try:
         with open(path, "rb") as fh:
@@ -155,7 +160,10 @@ def load(path: str | os.PathLike | None = None) -> Config:
         raise ConfigError(f"config {path}: invalid TOML: {exc}") from None
     except UnicodeDecodeError:
         raise ConfigError(f"config {path}: not UTF-8 text") from None
-    return Config(raw, path)
+    cfg = Config(raw, path)
+    if whole:
+        cfg.validate()
+    return cfg
 
 
 def from_dict(raw: dict[str, Any], path: str = "<dict>", strict: bool = True) -> Config:

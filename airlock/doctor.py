@@ -208,11 +208,11 @@ def check_mechanisms(conf: dict[str, str], budget: float) -> list[Item]:
 
 
 def check_config(path: str | None) -> tuple[Any, list[Item]]:
-    """The file loads, and every section in it is valid (hooks build only the sections they use,
-    so a mistake in one a node never reads would otherwise go unnoticed)."""
+    """The file loads, and every section is valid, each mistake on its own line (a hook's load
+    stops at the first)."""
 
     try:
-        cfg = config_mod.load(path)
+        cfg = config_mod.load(path, whole=False)  # every mistake listed below, not the first
     except AirlockError as exc:
         return None, [Item(FAIL, "config", str(exc))]
     problems = []

@@ -19,6 +19,12 @@ class NodeNotFound(SlurmError):
     """Slurm does not know the node name."""
 
 
+class Unmeasured(AirlockError):
+    """Airlock could not measure: its files or the shared directory, a secret, the rendezvous,
+    a child it could not start. Raised where that happens; whoever catches it records no
+    verdict on the node (inconclusive), never the node's FAIL."""
+
+
 class OwnError(AirlockError):
     """Airlock's own trouble on this node, named by subject (see airlock.reasons.OWN_ERRORS):
     a state or log directory that cannot be written. An unproven boot fails closed on it."""

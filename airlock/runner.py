@@ -20,9 +20,9 @@ from typing import Any
 from airlock import config as config_mod
 from airlock import protocol
 from airlock.checks import registry
-from airlock.checks.base import Outcome, Verdict, failed, inconclusive, warned
+from airlock.checks.base import Outcome, Verdict, failed, inconclusive, timed_out, warned
 from airlock.checks.context import Context
-from airlock.errors import AirlockError, ConfigError
+from airlock.errors import AirlockError, ConfigError, OwnError, SlurmError, Unmeasured
 
 Progress = Callable[[str, str, dict[str, Any]], None]
 
@@ -39,7 +39,16 @@ def _call_check(spec: registry.CheckSpec, ctx: Context) -> Outcome:
     return getattr(importlib.import_module(module), fn)(ctx)
 
 
+# What kept Airlock from measuring, by type: the check saw nothing of the node.
+UNMEASURED = (Unmeasured, ConfigError, OwnError, SlurmError)
+# `python -m airlock.runner one` exits with this when it could not run the check at all (its
+# config, an unknown check; argparse's usage error too): Airlock's own trouble.
+OWN_EXIT = 2
+
+
 def _error_outcome(name: str, exc: BaseException) -> Outcome:
+    if isinstance(exc, UNMEASURED):
+        return inconclusive(name, f"not measured: {exc}"[:200])
     if isinstance(exc, AirlockError):
         return failed(name, str(exc))
     if isinstance(exc, ModuleNotFoundError):
@@ -85,7 +94,7 @@ def run_in_thread(spec: registry.CheckSpec, ctx: Context, timeout: float) -> Out
     out = worker.run(spec, ctx, timeout)
     if out is None:
         _WORKER = None  # stuck in that check: never hand it another
-        return failed(spec.name, f"timeout after {timeout:g}s")
+        return timed_out(spec.name, timeout)
     return out
 
 
@@ -109,8 +118,12 @@ def run_isolated(spec: registry.CheckSpec, ctx: Context, timeout: float,
     env = dict(os.environ)
     env[config_mod.ENV_VAR] = ctx.cfg.path
     env.setdefault("PATH", "/usr/bin:/bin:/usr/sbin:/sbin")
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env, start_new_session=True, stdin=subprocess.DEVNULL)
+    try:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=env, start_new_session=True, stdin=subprocess.DEVNULL)
+    except OSError as exc:  # no process, no measurement
+        return inconclusive(spec.name, f"not measured: could not start its process: "
+                            f"{exc.strerror or exc}")
     err_lines: list[str] = []
     out_lines: list[str] = []
     readers = [
@@ -125,7 +138,7 @@ def run_isolated(spec: registry.CheckSpec, ctx: Context, timeout: float,
         proc.wait(timeout=max(0.1, timeout))
     except subprocess.TimeoutExpired:
         _kill_group(proc)
-        return failed(spec.name, f"timeout after {timeout:g}s")
+        return timed_out(spec.name, timeout)
     except BaseException:
         _kill_group(proc)
         raise
@@ -136,11 +149,14 @@ def run_isolated(spec: registry.CheckSpec, ctx: Context, timeout: float,
     if d is not None:
         try:
             return Outcome(str(d["check"]), Verdict(d["verdict"]), str(d.get("detail", "")),
-                           dict(d.get("figures") or {}), str(d.get("remediation", "")))
+                           dict(d.get("figures") or {}), str(d.get("remediation", "")),
+                           d.get("timed_out") is True)
         except (ValueError, KeyError, TypeError):
             pass
     tail = (err or out).strip().splitlines()
     why = tail[-1][:120] if tail else f"exit {proc.returncode}"
+    if proc.returncode == OWN_EXIT:  # it said so itself: it never ran the check
+        return inconclusive(spec.name, f"not measured: {why}")
     return failed(spec.name, f"died: {why}")
 
 
@@ -197,21 +213,17 @@ def _run_confirmed(spec: registry.CheckSpec, ctx: Context, cfg, deadline: float 
             return inconclusive(spec.name, spent), len(outcomes)
         ctx.attempt += 1
         outcome = run_check(spec, ctx, timeout, progress)
-        if outcome.failed and cut and _timed_out(outcome, timeout):
+        if outcome.failed and cut and outcome.timed_out:
             return inconclusive(spec.name, f"no verdict: cut to {timeout:.1f}s by the budget "
                                 "and ran out of it"), ctx.attempt
         outcomes.append(outcome)
-        if not outcome.failed or ctx.attempt > confirm or "timeout" in outcome.detail:
+        if not outcome.failed or ctx.attempt > confirm or outcome.timed_out:
             break
     if len(outcomes) > 1 and not outcome.failed:
         first = outcomes[0]
         outcome = warned(spec.name, f"flaky: failed then passed ({first.detail})",
                          first_figures=first.figures, figures=outcome.figures)
     return outcome, len(outcomes)
-
-
-def _timed_out(outcome: Outcome, timeout: float) -> bool:
-    return outcome.detail == f"timeout after {timeout:g}s"
 
 
 def _took(deadline: float | None) -> str:
@@ -299,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
         spec = registry.by_name(args.check)
     except (AirlockError, KeyError) as exc:
         print(f"airlock: {exc}", file=sys.stderr)
-        return 2
+        return OWN_EXIT
     ctx = Context.create(cfg, args.node, args.level)
     ctx.attempt = args.attempt
     try:

@@ -390,7 +390,10 @@ def collect(names: Iterable[str]) -> str:
 
 
 MIN_CALL_S = 0.2  # a call with less time than this left before the deadline is not started
-_UNKNOWN_NODE = re.compile(r"^(?!NodeName=)(Node \S.* not found|.*Invalid node name.*)$")
+# Slurm's words for a name it does not know: `Node X not found` (show) and `slurm_update error:
+# Invalid node name specified` (update), each a whole line.
+_UNKNOWN_NODE = re.compile(r"^(?!NodeName=)(Node \S.* not found|(\S+ error: )?Invalid node name "
+                           r"specified)$")
 # (scontrol, SLURM_CONF) -> whether `scontrol --json` exists there; one question per process.
 _JSON_SUPPORT: dict[tuple[str, str], bool] = {}
 _UNKNOWN_OPTION = re.compile(r"unrecognized option|invalid option|unknown option", re.I)
@@ -489,9 +492,8 @@ class Slurm:
                 raise NodeNotFound(f"{tool}: {unknown[0]}")
             msg = (stderr or stdout).strip().splitlines()
             detail = msg[-1] if msg else f"exit {rc}"
-            if not detail.startswith("NodeName=") and (
-                    "Invalid node name" in detail or "not found" in detail.lower()):
-                raise NodeNotFound(f"{tool}: {detail}")
+            # Only Slurm's own lines for an unknown node (above) mean one: any other failure
+            # that happens to say "not found" (a wrapper's missing tool) is Slurm's trouble.
             raise SlurmError(f"{tool} {' '.join(args[:2])}: {detail}")
         return stdout
 

@@ -13,7 +13,7 @@ import statistics
 from typing import Any
 
 from airlock import dist
-from airlock.checks.base import Outcome, failed, passed, skipped
+from airlock.checks.base import Outcome, Verdict, failed, inconclusive, passed, skipped
 from airlock.checks.devices import plan as device_plan
 from airlock.checks.devices import unusable
 from airlock.settings.checks import AllreduceSection
@@ -59,6 +59,8 @@ def stragglers(own_fraction: dict[int, float], fraction: float) -> list[int]:
 def verdict_allreduce(sw, floor_gbps: float = 0.0, straggler_fraction: float = 0.5) -> Outcome:
     """Judge a dist.Sweep (one node or many)."""
     figs = allreduce_figures(sw, floor_gbps)
+    if sw.unmeasured and not (sw.sent_bad or sw.wrong_sum or sw.leftover):
+        return inconclusive(CHECK, f"not measured: {sw.unmeasured}"[:160], **figs)
     if sw.timed_out:
         lag = sw.laggards
         if lag:
@@ -70,7 +72,8 @@ def verdict_allreduce(sw, floor_gbps: float = 0.0, straggler_fraction: float = 0
         else:
             who = ""
         extra = f"; left running: {sw.leftover}" if sw.leftover else ""
-        return failed(CHECK, f"timeout after {sw.timeout:g}s{who}{extra}", "reboot", **figs)
+        return Outcome(CHECK, Verdict.FAIL, f"timeout after {sw.timeout:g}s{who}{extra}", figs,
+                       "reboot", timed_out=True)
     if sw.leftover:
         return failed(CHECK, f"processes left running after the run: {sw.leftover}", "reboot",
                       **figs)

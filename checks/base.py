@@ -28,16 +28,20 @@ class Outcome:
     the check's own to fill), and a plain slotted class rather than a dataclass: every quick
     check returns one in the HealthCheckProgram, which must not pay for importing dataclasses."""
 
-    __slots__ = ("check", "verdict", "detail", "figures", "remediation")
+    __slots__ = ("check", "verdict", "detail", "figures", "remediation", "timed_out")
 
     def __init__(self, check: str, verdict: Verdict, detail: str = "",
-                 figures: dict[str, Any] | None = None, remediation: str = ""):
+                 figures: dict[str, Any] | None = None, remediation: str = "",
+                 timed_out: bool = False):
         set_ = object.__setattr__
         set_(self, "check", check)
         set_(self, "verdict", verdict)
         set_(self, "detail", detail)  # short, goes into the drain reason on failure
         set_(self, "figures", {} if figures is None else figures)
         set_(self, "remediation", remediation)  # "reboot", "replace", "" (policy decides)
+        # Set where the time ran out (the runner killed the check): what the runner decides on,
+        # never the word "timeout" in a detail, which a measurement may hold too.
+        set_(self, "timed_out", bool(timed_out))
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"Outcome is frozen: cannot set {name}")
@@ -56,8 +60,11 @@ class Outcome:
         return self.verdict is Verdict.FAIL
 
     def to_dict(self) -> dict[str, Any]:
-        return {"check": self.check, "verdict": self.verdict.value, "detail": self.detail,
-                "figures": _copy(self.figures), "remediation": self.remediation}
+        out = {"check": self.check, "verdict": self.verdict.value, "detail": self.detail,
+               "figures": _copy(self.figures), "remediation": self.remediation}
+        if self.timed_out:
+            out["timed_out"] = True
+        return out
 
 
 def _copy(value: Any) -> Any:
@@ -83,6 +90,12 @@ def warned(check: str, detail: str, **figures: Any) -> Outcome:
 
 def skipped(check: str, detail: str) -> Outcome:
     return Outcome(check, Verdict.SKIP, detail)
+
+
+def timed_out(check: str, timeout: float) -> Outcome:
+    """The runner's limit ended the check: the check hung in the node (a driver call, a tool);
+    typed, so that nothing reads it back from the words."""
+    return Outcome(check, Verdict.FAIL, f"timeout after {timeout:g}s", timed_out=True)
 
 
 def inconclusive(check: str, detail: str, **figures: Any) -> Outcome:

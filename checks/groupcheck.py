@@ -24,6 +24,8 @@ from typing import Any
 from airlock import dist, nvml
 from airlock import faults as faults_mod
 from airlock.checks.allreduce import verdict_allreduce
+from airlock.checks.base import Verdict
+from airlock.dist.params import EXIT_UNMEASURED
 from airlock.profiles import select
 
 CHECK = "group_allreduce"
@@ -96,6 +98,8 @@ def judge(report: dict[str, Any] | None, rc: int, stderr: str, floor_gbps: float
             return answer(False, f"timeout after {timeout:g}s (the launcher never reported)",
                           inconclusive=True)
         tail = stderr.strip().splitlines()
+        if rc == EXIT_UNMEASURED:  # it could not take part (the run's secret): no verdict
+            return answer(False, f"not measured: {tail[-1] if tail else rc}", inconclusive=True)
         return answer(False, f"launcher failed: {tail[-1] if tail else rc}")
     sweep = dist.combine([report])
     # The other nodes' ranks report to their own members; only ours can be missing here.
@@ -103,12 +107,10 @@ def judge(report: dict[str, Any] | None, rc: int, stderr: str, floor_gbps: float
     own = range(offset, offset + local)
     sweep.missing = [r for r in sweep.missing if r in own]
     outcome = verdict_allreduce(sweep, floor_gbps, straggler_fraction)
+    if outcome.verdict is Verdict.ERROR:  # the group never met (typed by the launcher)
+        return answer(False, outcome.detail, outcome.figures, inconclusive=True)
     if not outcome.failed:
         return answer(True, outcome.detail, outcome.figures)
-    rendezvous_only = sweep.errors and all(str(m).startswith("rendezvous:")
-                                           for m in sweep.errors.values())
-    if rendezvous_only and not (sweep.sent_bad or sweep.wrong_sum or sweep.leftover):
-        return answer(False, outcome.detail, outcome.figures, inconclusive=True)
     if sweep.timed_out and not sweep.leftover and not _own_stuck(sweep, own):
         return answer(False, outcome.detail, outcome.figures, inconclusive=True)
     return answer(False, outcome.detail, outcome.figures)

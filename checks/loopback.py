@@ -7,7 +7,8 @@ SKU profile's floor.
   a client to localhost, one TCP port each, `--report_gbits`.
 * EFA (the device's driver is `efa`): fabtests' `fi_rma_bw -p efa -e rdm -o write` with
   out-of-band address exchange (-E), the client to localhost.
-* No tool for a device, or no RDMA port: skipped, saying which tool is missing where.
+* No tool for a device, or no RDMA port: skipped, saying which tool is missing where; but
+  RDMA ports that are all down FAIL on a profile with a loopback floor (no_active_port).
 
 The floor is the profile's `loopback_min_fraction` of the port's own rate (sysfs `rate`, e.g.
 "400 Gb/sec (4X NDR)"), so one profile fits an 8x400G InfiniBand node and a 32x100G EFA node,
@@ -243,11 +244,27 @@ def _kill(proc) -> None:
         pass
 
 
+def no_active_port(ctx, present: list) -> Outcome:
+    """No port to measure. RDMA ports that are there and all down, on a profile that sets a
+    loopback floor (it expects a fabric to measure), are the node's own reading: FAIL, since
+    nothing else would catch them ([system] rdma_ports defaults to 0, link_flap only starts a
+    baseline). No RDMA device at all, or a profile without a floor, expects nothing: skip."""
+    if present:
+        p = ctx.profile
+        if float(p.get("loopback_min_fraction", 0.0)) or float(p.get("loopback_floor_gbps", 0.0)):
+            down = ", ".join(f"{pt.name} {pt.state}" for pt in present[:4])
+            more = f" and {len(present) - 4} more" if len(present) > 4 else ""
+            return failed(CHECK, f"every RDMA port down ({down}{more}): nothing to measure",
+                          ports={pt.name: pt.state for pt in present})
+    return skipped(CHECK, "no active RDMA ports")
+
+
 def check_loopback(ctx) -> Outcome:
     s, sysc = ctx.cfg.loopback, ctx.cfg.system
-    ports = ports_of(sysc.sys_root, s.devices or sysc.rdma_devices)
+    devices = s.devices or sysc.rdma_devices
+    ports = ports_of(sysc.sys_root, devices)
     if not ports:
-        return skipped(CHECK, "no active RDMA ports")
+        return no_active_port(ctx, read_rdma_ports(sysc.sys_root, list(devices) or None))
     p = ctx.profile
     min_fraction = float(p.get("loopback_min_fraction", 0.0))
     floor_gbps = float(p.get("loopback_floor_gbps", 0.0))

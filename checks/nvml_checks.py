@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from airlock.checks.base import Outcome, failed, passed, skipped, warned
+from airlock.checks.base import Outcome, Verdict, failed, passed, skipped, warned
 from airlock.nvml import Gpu, NvmlError, NvmlTimeout, Snapshot
 from airlock.profiles import node_pci_gpus
 
@@ -29,9 +29,9 @@ def snapshot_or_outcome(ctx, check: str) -> Snapshot | Outcome:
     try:
         return ctx.snapshot
     except NvmlError as exc:
-        if getattr(ctx, "_nvml_reported", False):
-            return skipped(check, "no NVML data (see check nvml)")
-        ctx._nvml_reported = True
+        # Each check that needs NVML reports its failure itself: a skip pointing at `nvml`
+        # would pass the node whenever `nvml` is observed. (A hung driver is not waited for
+        # again: nvml.gather refuses at once while the earlier call is still stuck.)
         return verdict_nvml(None, exc, check=check)
 
 
@@ -61,7 +61,8 @@ def verdict_nvml(snap: Snapshot | None, error: BaseException | None = None,
     if error is not None:
         # The reason reads "airlock: FAIL nvml timeout: ..." (not "nvml nvml timeout").
         text = str(error).removeprefix("nvml ") if check == "nvml" else str(error)
-        return failed(check, text, "reboot" if isinstance(error, NvmlTimeout) else "")
+        hung = isinstance(error, NvmlTimeout)  # the driver hung: never waited for again
+        return Outcome(check, Verdict.FAIL, text, None, "reboot" if hung else "", timed_out=hung)
     assert snap is not None
     if snap.source == "none":
         why = snap.note or "NVML not available"
@@ -79,7 +80,6 @@ def check_nvml(ctx) -> Outcome:
     try:
         snap = ctx.snapshot
     except NvmlError as exc:
-        ctx._nvml_reported = True
         return verdict_nvml(None, exc)
 
     return verdict_nvml(snap, pci_gpus=node_pci_gpus(ctx) if snap.source == "none" else ())

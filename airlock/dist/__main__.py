@@ -1,5 +1,6 @@
 """`python -m airlock.dist worker ...`: run this node's ranks and print the node report as one
-`AIRLOCK-DIST {json}` line (exit 0 done, 1 error, 3 timeout). See airlock.dist for the model."""
+`AIRLOCK-DIST {json}` line (exit 0 done, 1 error, 3 timeout, 4 not measured: no secret, no
+rendezvous). See airlock.dist for the model."""
 
 from __future__ import annotations
 
@@ -11,10 +12,17 @@ from airlock import config as config_mod
 from airlock import faults as faults_mod
 from airlock import paths, protocol
 from airlock.dist.launcher import launch, local_gpu_count
-from airlock.dist.params import EXIT_ERROR, EXIT_OK, EXIT_TIMEOUT, params_for, parse_sizes
+from airlock.dist.params import (
+    EXIT_ERROR,
+    EXIT_OK,
+    EXIT_TIMEOUT,
+    EXIT_UNMEASURED,
+    params_for,
+    parse_sizes,
+)
 from airlock.dist.pattern import EXACT
 from airlock.dist.rendezvous import secret_from
-from airlock.errors import AirlockError
+from airlock.errors import AirlockError, Unmeasured
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,6 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         report = _worker(args)
+    except Unmeasured as exc:  # typed where it happened: say so by the exit code
+        print(f"airlock.dist: {exc}", file=sys.stderr)
+        return EXIT_UNMEASURED
     except Exception as exc:  # one line, never a traceback
         print(f"airlock.dist: {exc}", file=sys.stderr)
         return EXIT_ERROR

@@ -10,6 +10,9 @@ from airlock.errors import ConfigError
 
 KEY = "airlock/"  # the rendezvous store's keys for progress and completion
 EXIT_OK, EXIT_ERROR, EXIT_TIMEOUT = 0, 1, 3
+# The launcher could not measure at all (errors.Unmeasured: the run's secret, the rendezvous):
+# no report, and no verdict on this node.
+EXIT_UNMEASURED = 4
 KIB = 1024
 
 

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from airlock.errors import AirlockError
+from airlock.errors import Unmeasured
 
 SECRET_ENV = "AIRLOCK_DIST_SECRET"
 HELLO = b"AIRLOCK-STORE-1\n"
@@ -67,8 +67,15 @@ IDLE_EVICT_S = 1.0
 BUSY_RETRY_S = (0.05, 1.0)  # a member's back-off after BUSY: first wait, longest wait
 
 
-class RendezvousError(AirlockError):
-    """The group cannot meet safely (no secret, a refused secret, no cluster interface)."""
+class RendezvousError(Unmeasured):
+    """The group cannot meet safely (no secret, a refused secret, no cluster interface): no
+    measurement of anyone, so no verdict on anyone."""
+
+
+class SecretUnavailable(RendezvousError):
+    """The run's secret file cannot be read here: none left by the leader, root_squash
+    (EACCES), a stale NFS handle (ESTALE). This member cannot take part; its node is not the
+    cause."""
 
 
 # --- the secret -----------------------------------------------------------------------------
@@ -82,7 +89,7 @@ def read_secret_file(path: str) -> bytes:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
-        raise RendezvousError(f"secret file {path}: {exc.strerror or exc}") from None
+        raise SecretUnavailable(f"secret file {path}: {exc.strerror or exc}") from None
     with os.fdopen(fd, "rb") as fh:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):

@@ -31,6 +31,9 @@ class Sweep:
     wrong_sum: list[dict[str, Any]] = field(default_factory=list)  # rank received a wrong sum
     own_fraction: dict[int, float] = field(default_factory=dict)  # at the largest size
     leftover: list[int] = field(default_factory=list)
+    # Why the ranks never met (a failed rendezvous), from the launcher's typed field: nothing
+    # was measured, so no verdict on anyone.
+    unmeasured: str = ""
 
     @property
     def laggards(self) -> list[int]:
@@ -69,6 +72,8 @@ def combine(reports: list[dict[str, Any]]) -> Sweep:
         sw.timed_out |= bool(rep.get("timed_out"))
         sw.timeout = max(sw.timeout, float(rep.get("timeout", 0)))
         sw.leftover += list(rep.get("leftover", []))
+        if rep.get("unmeasured") and not sw.unmeasured:
+            sw.unmeasured = str(rep["unmeasured"])[:200]
         for r, (step, label) in (rep.get("progress") or {}).items():
             if r.lstrip("-").isdigit():
                 sw.progress[int(r)] = (int(step), str(label))

@@ -112,8 +112,9 @@ def test_a_member_judges_a_timeout_with_its_ranks_waiting_on_the_others_inconclu
     assert host.get("inconclusive") is True and "rank 2" in host["detail"], host
     never = groupcheck.judge(None, -signal.SIGKILL, "", 0, 0.5, 2)
     assert never.get("inconclusive") is True, never
-    refused = groupcheck.judge(report("bbb", 1, {}, timed_out=False, errors={
-        "1": "rendezvous: the group's host 10.0.0.1:29500 never answered"}), 1, "", 0, 0.5, 2)
+    never_met = "rendezvous: the group's host 10.0.0.1:29500 never answered"
+    refused = groupcheck.judge(report("bbb", 1, {}, timed_out=False, errors={"1": never_met},
+                                      unmeasured=never_met), 1, "", 0, 0.5, 2)
     assert refused.get("inconclusive") is True, refused
 
 

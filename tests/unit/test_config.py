@@ -79,15 +79,6 @@ def test_no_file_at_the_default_path_means_defaults(monkeypatch, tmp_path):
     assert cfg.registration.level == "standard" and cfg.problems() == []
 
 
-def test_a_section_a_node_does_not_use_never_breaks_it(tmp_path):
-    cfg = config.load(write(tmp_path, "[recovery]\npoll_intervall = 3\n[recovry]\nx = 1\n"))
-    assert cfg.registration.level == "standard" and cfg.healthcheck.budget == 30.0
-    assert any("[recovery] unknown key 'poll_intervall'" in p for p in cfg.problems())
-    assert any("unknown section [recovry]" in w for w in cfg.warnings)
-    with pytest.raises(ConfigError, match="poll_intervall"):
-        cfg.section("recovery")
-
-
 def test_retired_keys_warn_instead_of_breaking(tmp_path):
     cfg = config.load(write(tmp_path, "[registration]\nboot_tolerance = 10\n"))
     assert cfg.registration.level == "standard"

@@ -247,9 +247,12 @@ def test_broken_config_lets_the_job_run_on_a_proven_boot_and_says_so(fake_node, 
     assert node.slurm.calls() == []  # fail open: no drain, not even a look
 
 
-def test_a_section_the_node_does_not_use_is_no_error(fake_node):
+def test_a_section_the_node_does_not_use_is_validated_too(fake_node):
+    """The config is validated whole at load (issue 25): a typo in [recovery] is a config error
+    on a compute node too, failing open on a proven boot."""
     out, errors, node = _hook(fake_node, "[recovery]\npoll_intervall = 3\n", prove=True)
-    assert out.returncode == 0 and "quick pass" in out.stderr and errors == {}
+    assert out.returncode == 0 and "failing open" in out.stderr, out.stderr
+    assert "poll_intervall" in errors["prolog"]["message"]
     assert node.slurm.calls() == []
 
 

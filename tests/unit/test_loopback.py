@@ -138,3 +138,16 @@ def test_no_tool_or_no_port_skips_with_the_reason(tmp_path, tools, monkeypatch):
                                           perftest=str(tmp_path / "nowhere" / "ib_write_bw")))
     assert out.verdict is Verdict.SKIP
     assert out.detail.startswith("no loopback tool here (") and "for mlx5_0/1" in out.detail
+
+
+def test_every_rdma_port_down_on_a_profile_with_a_floor_fails(tmp_path, tools):
+    """Issue 25 item 5: enforcing loopback on an InfiniBand profile passed a node whose RDMA
+    ports were all down (loopback skipped "no active RDMA ports", rdma skipped with its default
+    of 0 expected ports). Ports that are there and down are the node's own reading."""
+    rdma_port(tmp_path, "mlx5_0", "400 Gb/sec (4X NDR)", state="1: DOWN")
+    rdma_port(tmp_path, "mlx5_1", "400 Gb/sec (4X NDR)", state="1: DOWN")
+    out = loopback.check_loopback(ctx_for(tmp_path, tools, 0.9))
+    assert out.failed, out
+    assert out.detail == "every RDMA port down (mlx5_0/1 DOWN, mlx5_1/1 DOWN): nothing to measure"
+    # a profile without a loopback floor expects nothing of the network
+    assert loopback.check_loopback(ctx_for(tmp_path, tools, 0.0)).verdict is Verdict.SKIP

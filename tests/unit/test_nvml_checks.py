@@ -277,7 +277,7 @@ def test_confirmation_rereads_nvml(tmp_path):
     assert run_check(spec, ctx, 10).verdict is Verdict.PASS
 
 
-def test_hung_nvml_fails_once_as_nvml_timeout_and_nothing_waits_again(tmp_path):
+def test_hung_nvml_fails_as_nvml_timeout_and_nothing_waits_again(tmp_path):
     entry = healthy_entry()
     entry["nvml_hang_s"] = 4
     cfg = make_cfg(tmp_path, entry, nvml={"timeout": 0.5})
@@ -289,11 +289,15 @@ def test_hung_nvml_fails_once_as_nvml_timeout_and_nothing_waits_again(tmp_path):
 
     assert failure_reason(run).format().startswith(f"{reasons.PREFIX} FAIL nvml timeout")
     nvml_checks = [r for r in run["checks"]
-                   if r["check"] not in ("nvml", "xid", "rdma", "disk", "mounts", "memory")]
-    assert nvml_checks and all(r["verdict"] == "skip" for r in nvml_checks), run["checks"]
+                   if r["check"] not in ("nvml", "xid", "rdma", "link_flap", "disk", "mounts",
+                                         "memory", "dcgm")]
+    # each check that needs NVML says so itself (issue 25: a skip pointing at `nvml` let an
+    # observed `nvml` pass the node), on its first reading: a hang is not confirmed
+    assert nvml_checks and all(r["verdict"] == "fail" and r["attempts"] == 1 and
+                               r["detail"].startswith("nvml timeout") for r in nvml_checks), \
+        run["checks"]
     # nobody waited for the stuck driver a second time (0.5 s each would be 6 s here)
     assert sum(r["duration_s"] for r in nvml_checks) < 0.5
-    assert [r["check"] for r in run["checks"] if r["verdict"] == "fail"] == ["nvml"]
 
 
 def test_only_one_check_with_hung_nvml_reports_it_itself(tmp_path):
@@ -536,3 +540,20 @@ def test_flaky_isolated_check_warns_through_its_own_process(tmp_path, monkeypatc
     assert records[0]["attempts"] == 2
     assert records[0]["detail"].startswith("flaky: failed then passed")
     assert records[0]["figures"]["figures"]["tested_mib"]  # the second attempt really ran
+
+
+def test_observing_nvml_does_not_hide_the_other_nvml_checks(tmp_path):
+    """Issue 25 item 4: with `nvml` observed and NVML hung, main's other NVML checks skipped
+    ("see check nvml"), so the run passed and a job started on a node whose NVML hangs. Each
+    check that needs NVML says so itself, and the run fails on the first enforced one."""
+    entry = healthy_entry()
+    entry["nvml_hang_s"] = 4
+    cfg = make_cfg(tmp_path, entry, nvml={"timeout": 0.3}, checks={"confirm_runs": 1,
+                                                                   "observe": ["nvml"]})
+    run = quick(cfg)
+    assert run["verdict"] == "fail", run
+    assert run["failed_check"] == "gpu_lost" and run["detail"].startswith("nvml timeout"), run
+    needs_nvml = [r for r in run["checks"] if r["check"] in
+                  ("gpu_lost", "gpu_memory", "driver", "ecc", "nvlink", "pcie", "throttle",
+                   "temperature", "persistence")]
+    assert needs_nvml and all(r["verdict"] == "fail" for r in needs_nvml), run["checks"]
