@@ -29,6 +29,7 @@ detail, figures, remediation, duration_s, attempts}].
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import time
@@ -54,6 +55,55 @@ READ_TIMEOUT = 5.0
 # "error": the run (or check) did not see the node: see checks.base.Verdict.ERROR
 VERDICTS = ("pass", "warn", "fail", "error")
 CHECK_VERDICTS = ("pass", "warn", "fail", "skip", "error")
+# Deeper than any document Airlock writes (a run is 4 levels to a figure, figures a few more):
+# 50,000 nested arrays in a figure made every view of the fleet a RecursionError (issue 26).
+MAX_DEPTH = 32
+
+
+class Unreadable(ValueError):
+    """A document that is not data Airlock can use: why says what is wrong with it."""
+
+    def __init__(self, why: str):
+        super().__init__(why)
+        self.why = why
+
+
+def _no_constant(name: str) -> Any:
+    raise Unreadable(f"{name} is not a finite number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise Unreadable(f"{text[:20]} is not a finite number")
+    return value
+
+
+def parse_document(text: str) -> Any:
+    """A stranger's JSON document, checked once for what breaks its readers: numbers that are
+    not finite (NaN, Infinity, 1e400) and nesting deeper than MAX_DEPTH. Unreadable when it is
+    one of those, ValueError when it is not JSON at all. Its size is bounded where it is read
+    (SafeDir.read_text) and its fields by run_problem."""
+    try:
+        data = json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
+    except RecursionError:
+        raise Unreadable(f"nested deeper than {MAX_DEPTH} levels") from None
+    stack = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, (dict, list)):
+            if depth > MAX_DEPTH:
+                raise Unreadable(f"nested deeper than {MAX_DEPTH} levels")
+            items = value.values() if isinstance(value, dict) else value
+            stack.extend((v, depth + 1) for v in items if isinstance(v, (dict, list)))
+    return data
+
+
+def load(d: SafeDir, name: str) -> Any:
+    """The document `name` in d: read without following links, bounded in size, and parsed by
+    parse_document. OSError when it cannot be read, ValueError (Unreadable) when it is not a
+    document."""
+    return parse_document(d.read_text(name))
 
 
 def new_run_id(node: str) -> str:
@@ -68,7 +118,7 @@ def run_problem(doc: Any, node: str | None = None) -> str:
     skipped and named instead of crashing whoever reads it.
     """
     if not isinstance(doc, dict):
-        return "not a run document"
+        return "not a run document (not a JSON object)"
     if doc.get("schema", SCHEMA) != SCHEMA:
         return f"schema {doc.get('schema')!r}, expected {SCHEMA}"
     if not valid_node_name(doc.get("node")):
@@ -97,8 +147,17 @@ def run_problem(doc: Any, node: str | None = None) -> str:
             return f"checks[{i}] verdict {rec.get('verdict')!r} is not a verdict"
         if not isinstance(rec.get("figures", {}), dict):
             return f"checks[{i}] figures is not a table"
-        if not isinstance(rec.get("detail", ""), str):
-            return f"checks[{i}] detail is not a string"
+        for key in ("detail", "remediation"):
+            if not isinstance(rec.get(key, ""), str):
+                return f"checks[{i}] {key} is not a string"
+        if rec.get("duration_s") is not None and not _finite(rec["duration_s"]):
+            return f"checks[{i}] duration_s is not a number"
+        attempts = rec.get("attempts", 1)
+        if isinstance(attempts, bool) or not isinstance(attempts, int):
+            return f"checks[{i}] attempts is not an integer"
+    for key in ("observed", "unseen"):
+        if doc.get(key) is not None and not isinstance(doc[key], list):
+            return f"{key} is not a list"
     return ""
 
 
@@ -153,7 +212,7 @@ class ResultStore:
         name = f"latest-{level}.json" if level else "latest.json"
         try:
             with self._local() as d:
-                run = d.read_json(name)
+                run = load(d, name)
         except (OSError, ValueError):
             return None
         return run if not run_problem(run) else None
@@ -166,7 +225,7 @@ class ResultStore:
                     if not name.startswith("latest-"):
                         continue
                     try:
-                        run = d.read_json(name)
+                        run = load(d, name)
                     except (OSError, ValueError):
                         continue
                     if not run_problem(run):
@@ -211,7 +270,7 @@ def _history(d: SafeDir, limit: int, node: str | None) -> list[dict[str, Any]]:
             # Run ids start with a UTC timestamp: the newest names hold the newest runs.
             for name in folder.files(".json")[-4 * limit:]:
                 try:
-                    run = folder.read_json(name)
+                    run = load(folder, name)
                 except (OSError, ValueError):
                     continue
                 if not run_problem(run, node):
@@ -257,7 +316,7 @@ def _read_run(d: SafeDir, node: str, name: str = "latest.json"
               ) -> tuple[dict[str, Any] | None, str]:
     path = d.path / name
     try:
-        data = d.read_json(name)
+        data = load(d, name)
     except FileNotFoundError:
         return None, "missing"
     except UnsafePath as exc:
@@ -266,6 +325,8 @@ def _read_run(d: SafeDir, node: str, name: str = "latest.json"
         return None, f"{path}: permission denied"
     except OSError as exc:
         return None, f"{path}: {exc.strerror or exc}"
+    except Unreadable as exc:
+        return None, f"{path}: {exc.why}"
     except ValueError:
         return None, f"{path}: not valid JSON"
     why = run_problem(data, node)
@@ -277,6 +338,8 @@ def _read_run(d: SafeDir, node: str, name: str = "latest.json"
 def read_node(cfg, node: str, history: int = 0) -> NodeResults:
     """The last run of a node (and its history), from the best source this host can see."""
     problems = []
+    # The runs kept beside an unreadable latest.json are still the node's history to show.
+    kept: list[dict[str, Any]] = []
     try:
         where = shared_node_parts(cfg.shared_dir, node)
     except UnsafePath as exc:
@@ -297,6 +360,7 @@ def read_node(cfg, node: str, history: int = 0) -> NodeResults:
                     if run is not None:
                         return NodeResults(node, run, "shared", "",
                                            _history(folder, history, node))
+                    kept = _history(folder, history, node)
             problems.append("no results in the shared dir yet" if why == "missing"
                             else f"shared results: {why}")
     if local_readable(cfg, node):
@@ -309,13 +373,14 @@ def read_node(cfg, node: str, history: int = 0) -> NodeResults:
                     # Still name a broken shared copy: the controller elsewhere cannot see it.
                     return NodeResults(node, run, "local", "; ".join(problems),
                                        _history(folder, history, node))
+                kept = kept or _history(folder, history, node)
         if why != "missing":
             problems.append(f"local results: {why}")
         elif not problems:
             problems.append("no results yet")
     elif where is None:
         problems.append("no shared_dir configured and node-local results are not on this host")
-    return NodeResults(node, None, "slurm", "; ".join(problems))
+    return NodeResults(node, None, "slurm", "; ".join(problems), kept)
 
 
 def read_many(cfg, nodes: list[str], history: int = 0,

@@ -20,7 +20,7 @@ from typing import Any
 
 from airlock.errors import AirlockError
 from airlock.paths import NODE, SafeDir, split_template, valid_node_name
-from airlock.results import run_problem
+from airlock.results import load, run_problem
 from airlock.slurm import Slurm
 
 CHECK = "burnin"
@@ -103,7 +103,7 @@ def read_fleet(shared_dir: str, node: str, profile: str, per_node: int = 5,
                 files = folder.files(".json")
                 for name in reversed(files[-per_node:]):  # run ids start with a timestamp
                     try:
-                        run = folder.read_json(name)
+                        run = load(folder, name)  # the one checked reader
                     except (OSError, ValueError) as exc:
                         ignored.append(f"{folder.path / name}: {exc}")
                         continue

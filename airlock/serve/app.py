@@ -31,7 +31,7 @@ from airlock.paths import valid_node_name
 from airlock.serve import schema
 from airlock.serve.checks import CheckRunner, Conflict, RateLimited
 from airlock.serve.fleet import fleet_view
-from airlock.serve.security import Guard, Tokens, allowed_hosts
+from airlock.serve.security import MAX_ACTIVE, Guard, Tokens, allowed_hosts
 from airlock.serve.source import Snapshot, Source, Unavailable, encode
 from airlock.slurm import Slurm
 
@@ -132,9 +132,10 @@ class Service:
 
 
 def build(cfg, *, listen_host: str = "127.0.0.1", source: Source | None = None,
-          runner: CheckRunner | None = None, tokens: Tokens | None = None) -> FastAPI:
+          runner: CheckRunner | None = None, tokens: Tokens | None = None,
+          max_active: int = MAX_ACTIVE) -> FastAPI:
     """The application for cfg ([serve] settings). source/runner/tokens: built from cfg unless
-    given (tests)."""
+    given (tests); max_active: requests answered at once (the Guard's limit)."""
     settings = cfg.serve
     tokens = tokens or Tokens.from_settings(settings)
     source = source or Source(lambda: status.collect(cfg, timeout=max(settings.refresh, 30.0)),
@@ -392,7 +393,7 @@ def build(cfg, *, listen_host: str = "127.0.0.1", source: Source | None = None,
 
     app.openapi = openapi
     hosts = allowed_hosts(settings, listen_host, tokens)
-    app.add_middleware(Guard, max_body=settings.max_body, hosts=hosts)
+    app.add_middleware(Guard, max_body=settings.max_body, hosts=hosts, max_active=max_active)
     return app
 
 

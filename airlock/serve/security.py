@@ -10,8 +10,10 @@
   refused before it is read (413), a POST without Content-Length too (411); while reads are
   open, a Host header that is not a loopback name, the listen host or [serve] allowed_hosts is
   refused (a web page cannot rebind a DNS name to 127.0.0.1 and read the API through the
-  operator's browser); every answer carries a strict Content-Security-Policy and no-sniff,
-  no-frame, no-referrer headers.
+  operator's browser); at most `max_active` requests are answered at once, any beyond get a
+  503 with the service's JSON error (uvicorn's own limit would answer in plain text, without
+  these headers); every answer carries a strict Content-Security-Policy and no-sniff, no-frame,
+  no-referrer headers.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ HEADERS = [
     (b"cross-origin-resource-policy", b"same-origin"),
 ]
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+MAX_ACTIVE = 256  # requests answered at once
 
 
 def read_token(path: str, key: str, allow_insecure: bool) -> str:
@@ -126,10 +129,13 @@ def _json(status: int, message: str) -> tuple[int, bytes]:
 class Guard:
     """ASGI middleware: body limits, the Host check, security headers (see the module doc)."""
 
-    def __init__(self, app, max_body: int, hosts: frozenset[str] | None):
+    def __init__(self, app, max_body: int, hosts: frozenset[str] | None,
+                 max_active: int = MAX_ACTIVE):
         self.app = app
         self.max_body = max_body
         self.hosts = hosts
+        self.max_active = max_active
+        self.active = 0  # requests in progress (one event loop: no lock needed)
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -139,13 +145,21 @@ class Guard:
         refusal = self.refuse(scope["method"], headers)
         if refusal is not None:
             return await self.answer(send, *refusal)
+        if self.active >= self.max_active:
+            return await self.answer(send, *_json(503, f"busy: {self.max_active} requests in "
+                                                       "progress; try again"),
+                                     [(b"retry-after", b"1")])
 
         async def send_with_headers(message):
             if message["type"] == "http.response.start":
                 message = {**message, "headers": [*message.get("headers", []), *HEADERS]}
             await send(message)
 
-        await self.app(scope, receive, send_with_headers)
+        self.active += 1
+        try:
+            await self.app(scope, receive, send_with_headers)
+        finally:
+            self.active -= 1
 
     def refuse(self, method: str, headers: dict[str, str]) -> tuple[int, bytes] | None:
         if self.hosts is not None:
@@ -167,8 +181,10 @@ class Guard:
         return None
 
     @staticmethod
-    async def answer(send, status: int, body: bytes) -> None:
+    async def answer(send, status: int, body: bytes,
+                     extra: list[tuple[bytes, bytes]] | None = None) -> None:
         await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-type", b"application/json"),
-                                (b"content-length", str(len(body)).encode()), *HEADERS]})
+                                (b"content-length", str(len(body)).encode()), *(extra or []),
+                                *HEADERS]})
         await send({"type": "http.response.body", "body": body})

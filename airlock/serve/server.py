@@ -33,16 +33,28 @@ def openapi_text(cfg) -> str:
     return json.dumps(build(cfg, tokens=Tokens()).openapi(), indent=1, sort_keys=True) + "\n"
 
 
+def uvicorn_config(app, settings, host: str, port: int, log_level: str = "info", **bounds):
+    """uvicorn's settings for the service: its own connection rules (airlock.serve.connections;
+    bounds: head_timeout, per_client, max_connections) instead of uvicorn's limit_concurrency,
+    whose plain-text 503 anyone could trigger with idle sockets."""
+    import uvicorn
+
+    from airlock.serve.connections import protocol
+
+    tls = {"ssl_certfile": settings.tls_cert, "ssl_keyfile": settings.tls_key} \
+        if settings.tls_cert else {}
+    return uvicorn.Config(app, host=host, port=port, log_level=log_level, server_header=False,
+                          proxy_headers=False, timeout_keep_alive=5, http=protocol(**bounds),
+                          **tls)
+
+
 def run(cfg, listen: str | None = None, log_level: str = "info") -> None:
     import uvicorn
 
     app, host, port = prepare(cfg, listen)
     settings = cfg.serve
-    tls = {"ssl_certfile": settings.tls_cert, "ssl_keyfile": settings.tls_key} \
-        if settings.tls_cert else {}
-    scheme = "https" if tls else "http"
+    scheme = "https" if settings.tls_cert else "http"
     shown = f"[{host}]" if ":" in host else host
     print(f"airlock serve: {scheme}://{shown}:{port}/ (config {cfg.path})", file=sys.stderr,
           flush=True)
-    uvicorn.run(app, host=host, port=port, log_level=log_level, server_header=False,
-                proxy_headers=False, timeout_keep_alive=5, limit_concurrency=256, **tls)
+    uvicorn.Server(uvicorn_config(app, settings, host, port, log_level)).run()
