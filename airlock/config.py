@@ -63,6 +63,7 @@ SECTIONS: dict[str, str] = {
     "prolog": "airlock.settings.node:PrologSection",
     "epilog": "airlock.settings.node:EpilogSection",
     "serve": "airlock.settings.serve:ServeSection",
+    "ledger": "airlock.settings.ledger:LedgerSection",
 }
 
 PATH_KEYS = ("state_dir", "log_dir", "shared_dir")

@@ -23,6 +23,7 @@ COMMANDS = {
     "doctor": "airlock.cli.doctor:doctor_cmd",
     "metrics": "airlock.cli.metrics:metrics_cmd",
     "demo": "airlock.cli.demo:demo_cmd",
+    "ledger": "airlock.cli.ledger:ledger_cmd",
 }
 
 

@@ -96,6 +96,22 @@ def _healthy(cluster: DevCluster, name: str) -> bool:
     return n.state == "IDLE" and not n.drained and not n.reason_in_force and n.responding
 
 
+def _ledger_summary(cfg) -> None:
+    """The gate's two numbers on this cluster: what it cost and what it caught (airlock
+    ledger). A ledger that cannot be read is said, and never costs the demo its verdict."""
+    from airlock.errors import AirlockError
+    from airlock.ledger import load, report
+
+    click.echo("\nThe ledger (airlock ledger --since 1h):")
+    try:
+        doc = report.compute(load.load(cfg, 3600.0), cfg.ledger)
+    except AirlockError as exc:
+        click.echo(f"  ledger unavailable: {exc}")
+        return
+    for line in report.summary_lines(doc):
+        click.echo(f"  {line}")
+
+
 def run_demo(workdir: Path, keep: bool = False) -> int:
     import sys
 
@@ -144,6 +160,7 @@ def run_demo(workdir: Path, keep: bool = False) -> int:
         click.echo("\nairlock status:")
         cfg = config_mod.load(cluster.airlock_conf)
         click.echo(status.render(status.collect(cfg)))
+        _ledger_summary(cfg)
         healthy = all(_healthy(cluster, n) for n in ("node1", "node2", "node3", "node4"))
         replaced = [a["kind"] for a in store.actions("node3")] == ["reboot", "replace"]
         return 0 if healthy and replaced else 1

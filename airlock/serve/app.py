@@ -28,6 +28,7 @@ from airlock import __version__, ondemand, results, status
 from airlock.checks import registry
 from airlock.errors import AirlockError, NodeNotFound, NotFound, SlurmError
 from airlock.paths import valid_node_name
+from airlock.serve import ledger as ledger_routes
 from airlock.serve import schema
 from airlock.serve.checks import CheckRunner, Conflict, RateLimited
 from airlock.serve.fleet import fleet_view
@@ -358,6 +359,8 @@ def build(cfg, *, listen_host: str = "127.0.0.1", source: Source | None = None,
         if not re.fullmatch(r"[0-9]{8}T[0-9]{6}-[0-9a-f]{8}", check_id):
             raise HttpError(400, f"{check_id!r} is not a check id")
         return _json(runner.get(check_id))
+
+    ledger_routes.install(app, cfg, read)  # /api/v1/ledger, its metrics, the /ledger page
 
     # --- the console ----------------------------------------------------------------------------
     @app.get("/", include_in_schema=False)

@@ -529,7 +529,7 @@ def test_openapi_document_is_committed_and_embeds_the_status_schema(api, recorde
     paths = set(served["paths"])
     assert {"/api/v1/nodes", "/api/v1/nodes/{name}", "/api/v1/runs/{run_id}",
             "/api/v1/recovery", "/api/v1/fleet", "/api/v1/checks", "/api/v1/checks/{check_id}",
-            "/metrics", "/healthz"} == paths
+            "/metrics", "/healthz", "/api/v1/ledger", "/api/v1/ledger/metrics"} == paths
     # the package's schema is the docs' file, not a copy
     packaged = ROOT / "airlock" / "serve" / "status-schema.json"
     assert packaged.is_symlink() and packaged.resolve() == (DOCS / "status-schema.json")
