@@ -60,6 +60,7 @@ SECTIONS: dict[str, str] = {
     "prolog": "airlock.settings.node:PrologSection",
     "epilog": "airlock.settings.node:EpilogSection",
     "serve": "airlock.settings.serve:ServeSection",
+    "preflight": "airlock.settings.preflight:PreflightSection",
 }
 
 PATH_KEYS = ("state_dir", "log_dir", "shared_dir")
