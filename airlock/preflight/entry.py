@@ -66,7 +66,7 @@ def run(hook, job: Job) -> tuple[int, str]:
     missed = ""
     t_met = t0
     try:
-        plan = make_plan(job.job_id, job.nodelist, node)
+        plan = make_plan(job.job_id, job.nodelist, node, restarts=job.restarts)
         faults = _faults(cfg, node)
         delay = _seconds(faults.get("preflight_delay"))
         if delay:

@@ -3,9 +3,11 @@
 Pure, and cheap on purpose: the prolog asks it before every job, so it reads only the environment
 slurmd gives the prolog (no Slurm call, no file) and imports nothing but the standard library.
 
-slurmd sets, from the job's credential: SLURM_JOB_NODELIST, SLURM_JOB_NUM_NODES,
-SLURM_JOB_PARTITION, SLURM_JOB_CONSTRAINTS, SLURM_JOB_COMMENT; SLURM_JOB_QOS where the release
-passes it (a [preflight] qos filter never matches a job whose prolog is not told its QOS).
+slurmd sets SLURM_NODELIST (the allocation; not SLURM_JOB_NODELIST, which only the job itself
+gets) and, from the job's credential, SLURM_JOB_NUM_NODES, SLURM_JOB_PARTITION,
+SLURM_JOB_CONSTRAINTS, SLURM_JOB_COMMENT and SLURM_JOB_RESTART_COUNT. The prolog is not told the
+job's QOS (22.05's slurmd passes none); SLURM_JOB_QOS is read where a site's release or SPANK
+plugin sets it, and a [preflight] qos filter never matches a job whose prolog is not told.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ class Job(NamedTuple):
     qos: str
     constraints: str
     comment: str
+    restarts: str = "0"  # SLURM_JOB_RESTART_COUNT: a requeued job meets afresh
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Job:
@@ -30,9 +33,11 @@ class Job(NamedTuple):
             num = int(env.get("SLURM_JOB_NUM_NODES", "") or 0)
         except ValueError:
             num = 0
-        return cls(env.get("SLURM_JOB_ID", ""), env.get("SLURM_JOB_NODELIST", ""), max(num, 0),
+        nodelist = env.get("SLURM_NODELIST", "") or env.get("SLURM_JOB_NODELIST", "")
+        return cls(env.get("SLURM_JOB_ID", ""), nodelist, max(num, 0),
                    env.get("SLURM_JOB_PARTITION", ""), env.get("SLURM_JOB_QOS", ""),
-                   env.get("SLURM_JOB_CONSTRAINTS", ""), env.get("SLURM_JOB_COMMENT", ""))
+                   env.get("SLURM_JOB_CONSTRAINTS", ""), env.get("SLURM_JOB_COMMENT", ""),
+                   env.get("SLURM_JOB_RESTART_COUNT", "") or "0")
 
 
 def count_nodes(nodelist: str) -> int:

@@ -31,6 +31,15 @@ def job(nodelist="n[1-4]", num=0, partition="gpu", qos="", constraints="", comme
     return Job("42", nodelist, num, partition, qos, constraints, comment)
 
 
+def test_the_job_as_slurmd_describes_it_to_the_prolog():
+    """slurmd gives the prolog SLURM_NODELIST, not the job's SLURM_JOB_NODELIST (seen on 22.05:
+    a preflight reading only the latter found no allocation)."""
+    j = Job.from_env({"SLURM_JOB_ID": "7", "SLURM_NODELIST": "n[1-2]", "SLURM_JOB_NUM_NODES": "2",
+                      "SLURM_JOB_RESTART_COUNT": "1"})
+    assert (j.nodelist, j.num_nodes, j.restarts) == ("n[1-2]", 2, "1")
+    assert Job.from_env({"SLURM_JOB_NUM_NODES": "x"}).num_nodes == 0
+
+
 # --- policy -----------------------------------------------------------------------------------
 def test_count_nodes_reads_hostlists_without_expanding():
     assert count_nodes("n[1-3,7],g01") == 5
@@ -79,11 +88,14 @@ def test_every_member_plans_the_same_meeting_and_leader():
     assert {p.batch_id for p in plans} == {plans[0].batch_id}
     assert valid_batch_id(plans[0].batch_id) and plans[0].members == ["n3", "n1", "n2"]
     assert [p.leading for p in plans] == [False, False, True]
-    # Requeued onto other nodes: a fresh meeting.
+    # Requeued (onto other nodes or the same): a fresh meeting.
     assert make_plan("42", "n[1-2,4]", "n1").batch_id != plans[0].batch_id
+    assert make_plan("42", "n[3,1-2]", "n1", restarts="1").batch_id != plans[0].batch_id
 
 
 def test_plan_refuses_what_it_cannot_trust():
+    with pytest.raises(PlanError):
+        make_plan("42", "n[1-2]", "n1", restarts="x")
     for args in [("x1", "n[1-2]", "n1"), ("42", "n[1-2]", "n9"), ("42", "n[1-", "n1"),
                  ("42", "n1,../x", "n1")]:
         with pytest.raises(PlanError):
@@ -190,7 +202,7 @@ def _prolog(node, **env):
 def test_a_job_that_does_not_qualify_pays_nothing(fake_node):
     node = fake_node(extra=PREFLIGHT)
     node.prove()
-    (rc, loaded), err = _prolog(node, SLURM_JOB_NODELIST="n1", SLURM_JOB_NUM_NODES="1")
+    (rc, loaded), err = _prolog(node, SLURM_NODELIST="n1", SLURM_JOB_NUM_NODES="1")
     assert (rc, loaded) == (0, []), err
     assert node.slurm.calls() == []  # no Slurm call
     assert not (node.root / "state" / "latest-preflight.json").exists()
@@ -200,7 +212,7 @@ def test_a_preflight_that_never_met_drains_no_one_and_the_job_runs(fake_node, tm
     node = fake_node(extra=PREFLIGHT)
     node.conf.write_text(f'shared_dir = "{tmp_path}/shared"\n' + node.conf.read_text())
     node.prove()
-    (rc, loaded), err = _prolog(node, SLURM_JOB_NODELIST="n[1-2]", SLURM_JOB_NUM_NODES="2")
+    (rc, loaded), err = _prolog(node, SLURM_NODELIST="n[1-2]", SLURM_JOB_NUM_NODES="2")
     assert rc == 0 and "torch" not in loaded, err
     assert node.slurm.updates() == []  # no drain
     run = json.loads((node.root / "state" / "latest-preflight.json").read_text())
