@@ -64,6 +64,7 @@ SECTIONS: dict[str, str] = {
     "epilog": "airlock.settings.node:EpilogSection",
     "serve": "airlock.settings.serve:ServeSection",
     "ledger": "airlock.settings.ledger:LedgerSection",
+    "preflight": "airlock.settings.preflight:PreflightSection",
 }
 
 PATH_KEYS = ("state_dir", "log_dir", "shared_dir")

@@ -28,6 +28,7 @@ from airlock import boot as boot_mod
 from airlock import finish
 from airlock.hooks.common import Hook, guard
 from airlock.paths import atomic_write, node_dir
+from airlock.preflight import entry as preflight
 
 
 def jobs_dir(cfg, node: str) -> Path:
@@ -124,7 +125,10 @@ def body(hook: Hook) -> tuple[int, str]:
         return 1, f"refused, this boot is not proven: {proof.state}{why}; {gate.lock(hook)}"
     if not cfg.prolog.enabled:
         return 0, "proven boot; quick checks off ([prolog] enabled = false)"
-    return run_prolog(hook)
+    rc, msg = run_prolog(hook)
+    if rc == 0:  # a qualifying multi-node job's nodes prove their collective together
+        rc, msg = preflight.in_prolog(hook, msg)
+    return rc, msg
 
 
 def main(argv: list[str] | None = None) -> int:

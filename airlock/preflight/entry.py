@@ -1,0 +1,156 @@
+"""The prolog's one call: after the quick level passed, a qualifying job's preflight.
+
+Cheap until a job qualifies: this module imports only the policy at load, reads only
+[preflight] and the prolog's environment, and returns at once for a job that does not qualify
+(no Slurm call, no torch, no file). A qualifying job's member asks Slurm once for its own node's
+address, meets the others (airlock.preflight.meet), runs the rounds, and:
+
+* a culprit (the batch blames it and its own answer failed): the run is stored and the node is
+  drained through airlock.drains with `airlock: FAIL preflight <what> (job N)`; the prolog exits 1,
+  so Slurm requeues the job and it runs later on other nodes; user code never runs on this set;
+* pass: exit 0, the run stored with its timings;
+* inconclusive (the meeting never formed, a member came late, a secret could not be read, no
+  time left, or Airlock's own trouble here): nobody is drained; the job runs
+  ([preflight] on_inconclusive = "run"), and the run document (verdict "error", unseen
+  ["preflight"]) says the preflight did not see it.
+
+Every exception is caught here: a preflight never turns Airlock's own trouble into a failed prolog.
+
+Fault switches for tests (airlock/faults.py's sources; read on the node itself):
+  preflight_delay = SECONDS     this member's prolog waits SECONDS before it announces itself
+  preflight_secret = unreadable this member is handed a secret file it cannot read
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from airlock.preflight.policy import Job, qualifies
+
+# Seconds kept back from the time Slurm gives the prolog, for the drain and the run document.
+SPARE_S = 8.0
+
+
+def in_prolog(hook, msg: str, env: Mapping[str, str] | None = None) -> tuple[int, str]:
+    """(rc, message) for the prolog whose quick level passed with msg."""
+    job = Job.from_env(os.environ if env is None else env)
+    go, why = qualifies(hook.cfg.preflight, job)
+    if not go:
+        return 0, msg
+    try:
+        rc, said = run(hook, job)
+    except BaseException as exc:  # Airlock's own trouble is never the node's failure
+        return 0, f"{msg}; preflight did not see job {job.job_id}: own error " \
+                  f"{type(exc).__name__}: {exc}"
+    return rc, f"{msg}; {said}"
+
+
+def run(hook, job: Job) -> tuple[int, str]:
+    from airlock import finish, paths
+    from airlock.preflight import judge as judge_mod
+    from airlock.preflight import record
+    from airlock.preflight.meet import Meeting, Missed
+    from airlock.preflight.plan import PlanError, make_plan
+    from airlock.results import new_run_id
+
+    cfg, node = hook.cfg, hook.node
+    sec = cfg.preflight
+    started, t0 = time.time(), time.monotonic()
+    deadline = t0 + min(sec.budget, max(0.0, hook.time_left() - SPARE_S))
+    rendezvous_by = min(t0 + sec.rendezvous_timeout, deadline)
+    plan = None
+    verdict: dict[str, Any] | None = None
+    missed = ""
+    t_met = t0
+    try:
+        plan = make_plan(job.job_id, job.nodelist, node, restarts=job.restarts)
+        faults = _faults(cfg, node)
+        delay = _seconds(faults.get("preflight_delay"))
+        if delay:
+            time.sleep(delay)
+        if not cfg.shared_dir:
+            raise Missed("no shared_dir: the members have nowhere to meet")
+        addr = hook.slurm().node(node).address or "127.0.0.1"
+        root = paths.shared_root(cfg.shared_dir)
+        doc = Meeting(root, plan, addr, started, rendezvous_by, hook.log).gather()
+        t_met = time.monotonic()
+        verdict = _rounds(cfg, hook, plan, root, addr, doc, deadline,
+                          unreadable=faults.get("preflight_secret") == "unreadable")
+    except Missed as exc:
+        missed = str(exc)
+    except (PlanError, OSError, ValueError) as exc:  # typed where it happens: own trouble
+        missed = f"own error {type(exc).__name__}: {exc}"
+    except Exception as exc:  # a Slurm call, the batch code: own trouble all the same
+        missed = f"own error {type(exc).__name__}: {exc}"
+    t_coll = time.monotonic()
+    if t_met == t0:
+        t_met = t_coll
+    decision = judge_mod.judge(node, verdict, missed[:200])
+    timings = {"rendezvous": t_met - t0, "collective": t_coll - t_met}
+    totals = record.bump_totals(cfg, node, decision, time.monotonic() - t0)
+    timings["judging"] = time.monotonic() - t_coll
+    timings["added"] = time.monotonic() - t0
+    doc_run = record.run_document(node, plan, job.job_id, decision, timings, started, totals,
+                                  new_run_id(node))
+    culprit = decision.kind == judge_mod.CULPRIT
+    try:
+        done = finish.finish_run(cfg, node, doc_run, history=True,
+                                 slurm=hook.slurm() if culprit else None,
+                                 reason_suffix=f"(job {job.job_id})")
+        for problem in done.problems:
+            hook.log(problem)
+        how = ("drained" if done.drain is not None and done.drain.changed
+               else getattr(done.drain, "why", ""))
+    except BaseException as exc:
+        if not culprit:
+            raise
+        # The culprit's drain did not happen: exit 1 all the same, so Slurm's own prolog-failure
+        # drain holds the node and the job is requeued away from it.
+        how = f"drain failed ({type(exc).__name__}: {exc}); Slurm drains the node"
+    took = f"{timings['added']:.2f}s"
+    if culprit:
+        return 1, f"FAIL preflight {decision.detail}: {how} ({took})"
+    if decision.kind == judge_mod.PASS:
+        return 0, f"preflight pass with {len(plan.members)} nodes in {took}"
+    return 0, f"preflight did not see job {job.job_id} ({decision.detail}); the job runs " \
+              f"([preflight] on_inconclusive = {sec.on_inconclusive}) ({took})"
+
+
+def _rounds(cfg, hook, plan, root, addr: str, doc: dict[str, Any], deadline: float,
+            unreadable: bool) -> dict[str, Any]:
+    from airlock.batch import Batch
+    from airlock.checks.groupcheck import run_member
+
+    members = set(plan.members)
+    batch = Batch(root, plan.me, addr, window=0.0, round_timeout=cfg.preflight.round_timeout,
+                  port_range=tuple(cfg.ondemand.port_range),
+                  max_tests=cfg.ondemand.max_group_tests, confirm=cfg.checks.confirm_runs,
+                  report=hook.log, known=lambda names: members & set(names), deadline=deadline)
+
+    def member(nodes: list[str], master: str, port: int, secret_file: str,
+               timeout: float) -> dict[str, Any]:
+        if unreadable:
+            secret_file += ".unreadable"  # the fault switch: a secret this member cannot read
+        return run_member(cfg, plan.me, nodes, master, port, "standard", timeout=timeout,
+                          secret_file=secret_file)
+
+    return batch.run(doc, member)
+
+
+def _faults(cfg, node: str) -> dict[str, str]:
+    from airlock import faults as faults_mod
+
+    try:
+        return faults_mod.active(cfg, node)
+    except Exception:  # the switches are for tests: a broken source switches nothing on
+        return {}
+
+
+def _seconds(value: str | None) -> float:
+    try:
+        return max(0.0, float(value or 0))
+    except ValueError:
+        return 0.0

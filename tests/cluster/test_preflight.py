@@ -1,0 +1,114 @@
+"""Job preflight on a real Slurm cluster (PrologFlags=Alloc): a multi-node job's prologs meet,
+all-reduce together (gloo, one rank per simulated node) and fail only a culprit's prolog; the job
+is requeued and runs on healthy nodes. A job below the threshold is untouched; a late member or
+an unreadable secret leaves the preflight inconclusive and drains no one."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.cluster.conftest import running_cluster
+
+NODES = ["node1", "node2", "node3", "node4"]
+AIRLOCK = {
+    "registration": {"level": "quick"},
+    "ondemand": {"group_sizes_mb": [0.25, 1.0], "group_busbw_floor_gbps": 0.02},
+    "preflight": {"enabled": True, "min_nodes": 2, "budget": 200.0,
+                  "rendezvous_timeout": 20.0, "round_timeout": 30.0},
+}
+# The prologs of all of a job's nodes run at allocation, and have the time a preflight needs.
+SLURM = {"PrologFlags": "Alloc", "PrologEpilogTimeout": "300"}
+
+
+@pytest.fixture(scope="module")
+def cluster(slurm_variant):
+    with running_cluster(slurm_variant, nodes=NODES, health_interval=3600, airlock=AIRLOCK,
+                         slurm_settings=SLURM) as c:
+        c.wait(lambda: all(not n.drained and n.responding and not n.reason_in_force
+                           for n in c.slurm.nodes(NODES)), 120, "nodes registered")
+        yield c
+
+
+def _preflight(c, node):
+    path = c.root / "airlock" / "state" / node / "latest-preflight.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _done(c, job, timeout):
+    return c.wait(lambda: (lambda j: j if j.get("JobState") == "COMPLETED" else None)
+                  (c.job(job)), timeout, f"job {job} completed")
+
+
+def _nobody_drained(c):
+    nodes = {n.name: n for n in c.slurm.nodes(NODES)}
+    assert not any(n.drained or n.reason_in_force for n in nodes.values()), nodes
+
+
+def test_a_job_below_the_threshold_is_untouched(cluster):
+    job = cluster.sbatch("true", "-N1", "-w", "node4")
+    _done(cluster, job, 60)
+    assert _preflight(cluster, "node4") is None
+    assert "preflight" not in (cluster.root / "airlock" / "log" / "node4" / "prolog.log") \
+        .read_text()
+
+
+def test_a_healthy_multi_node_job_runs_with_the_added_seconds_recorded(cluster):
+    job = cluster.sbatch("true", "-N2", "-w", "node[1-2]")
+    _done(cluster, job, 200)
+    for node in ("node1", "node2"):
+        run = _preflight(cluster, node)
+        assert run["verdict"] == "pass" and run["job_id"] == str(job), run
+        figs = run["checks"][0]["figures"]
+        assert figs["added_s"] > 0 and figs["members"] == 2 and figs["runs_total"] >= 1
+    _nobody_drained(cluster)
+
+
+def test_one_member_s_prolog_late_past_the_rendezvous_drains_no_one(cluster):
+    cluster.set_node_sim("node2", faults={"preflight_delay": "25"})
+    try:
+        job = cluster.sbatch("true", "-N2", "-w", "node[1-2]")
+        _done(cluster, job, 200)  # on_inconclusive = "run"
+        run = _preflight(cluster, "node1")
+        assert run["verdict"] == "error" and run["unseen"] == ["preflight"], run
+        assert "never arrived: node2" in run["detail"]
+        _nobody_drained(cluster)
+    finally:
+        cluster.set_node_sim("node2", faults={})
+
+
+def test_a_secret_unreadable_on_one_node_drains_no_one(cluster):
+    cluster.set_node_sim("node2", faults={"preflight_secret": "unreadable"})
+    try:
+        job = cluster.sbatch("true", "-N2", "-w", "node[1-2]")
+        _done(cluster, job, 250)
+        for node in ("node1", "node2"):
+            assert _preflight(cluster, node)["verdict"] == "error", node
+        assert "secret file" in _preflight(cluster, "node2")["detail"]
+        _nobody_drained(cluster)
+    finally:
+        cluster.set_node_sim("node2", faults={})
+
+
+def test_a_culprit_is_drained_and_the_job_runs_later_on_healthy_nodes(cluster):
+    ran = cluster.root / "jobs" / "ran.txt"
+    ran.parent.mkdir(exist_ok=True)
+    cluster.set_node_sim("node3", faults={"group_corrupt": "1"})
+    try:
+        # node[1-3] first (the lowest idle nodes): one of them corrupts every all-reduce.
+        job = cluster.sbatch(f'echo "$SLURM_JOB_NODELIST" >> {ran}', "-N3")
+        node = cluster.wait(lambda: (lambda n: n if n.drained else None)(cluster.node("node3")),
+                            250, "node3 drained by its preflight")
+        assert node.reason.startswith("airlock: FAIL preflight "), node.reason
+        assert "(node3) sent wrong data" in node.reason and f"(job {job})" in node.reason
+        _done(cluster, job, 250)
+        lines = ran.read_text().split()
+        assert lines == ["node[1-2,4]"], lines  # user code never ran on a set with node3
+        for name in ("node1", "node2", "node4"):
+            n = cluster.node(name)
+            assert not n.drained and not n.reason_in_force, n
+        assert _preflight(cluster, "node4")["verdict"] == "pass"
+    finally:
+        cluster.set_node_sim("node3", faults={})
+        cluster.slurm.resume("node3")

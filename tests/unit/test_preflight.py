@@ -1,0 +1,221 @@
+"""Job preflight (airlock/preflight/): which jobs qualify, the plan every member computes alike,
+the meeting in a real shared directory, one member's outcome, its run document and totals; and
+the real prolog: a job that does not qualify pays nothing (no Slurm call, no torch, no batch
+code), and a preflight that sees nothing drains no one."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from airlock import config as config_mod
+from airlock import results
+from airlock.paths import valid_batch_id
+from airlock.preflight import judge as judge_mod
+from airlock.preflight import record
+from airlock.preflight.meet import Meeting, Missed, members_problem
+from airlock.preflight.plan import PlanError, make_plan
+from airlock.preflight.policy import Job, count_nodes, qualifies
+
+
+def section(**kw):
+    return config_mod.from_dict({"preflight": {"enabled": True, **kw}}).preflight
+
+
+def job(nodelist="n[1-4]", num=0, partition="gpu", qos="", constraints="", comment=""):
+    return Job("42", nodelist, num, partition, qos, constraints, comment)
+
+
+def test_the_job_as_slurmd_describes_it_to_the_prolog():
+    """slurmd gives the prolog SLURM_NODELIST, not the job's SLURM_JOB_NODELIST (seen on 22.05:
+    a preflight reading only the latter found no allocation)."""
+    j = Job.from_env({"SLURM_JOB_ID": "7", "SLURM_NODELIST": "n[1-2]", "SLURM_JOB_NUM_NODES": "2",
+                      "SLURM_JOB_RESTART_COUNT": "1"})
+    assert (j.nodelist, j.num_nodes, j.restarts) == ("n[1-2]", 2, "1")
+    assert Job.from_env({"SLURM_JOB_NUM_NODES": "x"}).num_nodes == 0
+
+
+# --- policy -----------------------------------------------------------------------------------
+def test_count_nodes_reads_hostlists_without_expanding():
+    assert count_nodes("n[1-3,7],g01") == 5
+    assert count_nodes("gpu-a[01-02]-b[1-3]") == 6
+    assert count_nodes("node1") == 1
+    assert count_nodes("") == 0
+    assert count_nodes("n[3-1]") == 0  # not a range this counter trusts
+
+
+def test_policy_known_answers():
+    assert qualifies(config_mod.from_dict({}).preflight, job()) == (False, "preflight off")
+    assert qualifies(section(), job()) == (True, "4 nodes")
+    assert qualifies(section(), job("n1"))[0] is False
+    assert qualifies(section(min_nodes=8), job(num=8)) == (True, "8 nodes")  # slurmd's count
+    assert qualifies(section(min_nodes=5), job())[1] == "4 node(s) < min_nodes 5"
+    assert qualifies(section(partitions=["big"]), job())[1] == "partition gpu not in big"
+    assert qualifies(section(partitions=["big", "gpu"]), job())[0] is True
+    # A QOS filter never matches a job whose prolog was not told its QOS.
+    assert qualifies(section(qos=["high"]), job())[0] is False
+    assert qualifies(section(qos=["high"]), job(qos="high"))[0] is True
+
+
+def test_policy_opt_in_by_feature_or_comment():
+    s = section(opt_in_feature="preflight", opt_in_comment="preflight")
+    assert qualifies(s, job())[1] == "the job did not opt in"
+    assert qualifies(s, job(constraints="a100&preflight"))[0] is True
+    assert qualifies(s, job(constraints="preflightX"))[0] is False
+    assert qualifies(s, job(comment="run preflight please"))[0] is True
+    assert qualifies(section(opt_in_feature="ib"), job(comment="ib"))[0] is False
+
+
+def test_preflight_section_is_validated_at_load():
+    for bad, key in [({"min_nodes": 1}, "min_nodes"), ({"budget": 10}, "budget"),
+                     ({"round_timeout": 0}, "round_timeout"),
+                     ({"partitions": ["a b"]}, "partitions"),
+                     ({"opt_in_comment": "two words"}, "opt_in_comment"),
+                     ({"on_inconclusive": "hold"}, "on_inconclusive")]:
+        with pytest.raises(config_mod.ConfigError, match=rf"\[preflight\] {key}"):
+            config_mod.from_dict({"preflight": bad})
+
+
+# --- plan -------------------------------------------------------------------------------------
+def test_every_member_plans_the_same_meeting_and_leader():
+    plans = [make_plan("42", "n[3,1-2]", me) for me in ("n1", "n2", "n3")]
+    assert {p.leader for p in plans} == {"n3"}  # the allocation's first node, as Slurm lists it
+    assert {p.batch_id for p in plans} == {plans[0].batch_id}
+    assert valid_batch_id(plans[0].batch_id) and plans[0].members == ["n3", "n1", "n2"]
+    assert [p.leading for p in plans] == [False, False, True]
+    # Requeued (onto other nodes or the same): a fresh meeting.
+    assert make_plan("42", "n[1-2,4]", "n1").batch_id != plans[0].batch_id
+    assert make_plan("42", "n[3,1-2]", "n1", restarts="1").batch_id != plans[0].batch_id
+
+
+def test_plan_refuses_what_it_cannot_trust():
+    with pytest.raises(PlanError):
+        make_plan("42", "n[1-2]", "n1", restarts="x")
+    for args in [("x1", "n[1-2]", "n1"), ("42", "n[1-2]", "n9"), ("42", "n[1-", "n1"),
+                 ("42", "n1,../x", "n1")]:
+        with pytest.raises(PlanError):
+            make_plan(*args)
+
+
+# --- judge and record -------------------------------------------------------------------------
+def test_judge_known_answers():
+    bad = {"bad": ["n2"], "good": [], "inconclusive": [], "details": {"n2": "rank 1 sent wrong"}}
+    assert judge_mod.judge("n2", bad) == ("culprit", "rank 1 sent wrong")
+    good = {"bad": [], "good": ["n1"], "inconclusive": [], "details": {}}
+    assert judge_mod.judge("n1", good) == ("pass", "")
+    unsure = {"bad": [], "good": [], "inconclusive": ["n3"], "details": {"n3": "timeout"}}
+    assert judge_mod.judge("n3", unsure) == ("inconclusive", "timeout")
+    assert judge_mod.judge("n1", None).kind == "inconclusive"
+    assert judge_mod.judge("n1", good, missed="n4 never arrived") == \
+        ("inconclusive", "no meeting: n4 never arrived")
+    assert [judge_mod.rc_of(judge_mod.Decision(k, "")) for k in ("pass", "culprit",
+                                                                 "inconclusive")] == [0, 1, 0]
+
+
+def test_run_document_is_a_valid_run_with_timings_and_totals():
+    d = judge_mod.Decision("culprit", "rank 1 (n2) sent wrong data")
+    totals = record.add_totals({"runs": 3, "culprits": 0, "inconclusive": 1,
+                                "seconds_added": 10.0}, d, 2.5)
+    assert totals == {"runs": 4, "culprits": 1, "inconclusive": 1, "seconds_added": 12.5}
+    assert record.add_totals("garbage", d, 1)["runs"] == 1
+    plan = make_plan("42", "n[1-3]", "n2")
+    doc = record.run_document("n2", plan, "42", d, {"rendezvous": 1.0, "collective": 3.0,
+                                                    "judging": 0.1, "added": 4.1},
+                              time.time(), totals, results.new_run_id("n2"))
+    assert results.run_problem(doc, "n2") == ""
+    assert (doc["level"], doc["verdict"], doc["failed_check"]) == ("preflight", "fail",
+                                                                   "preflight")
+    figs = doc["checks"][0]["figures"]
+    assert (figs["added_s"], figs["culprits_total"], figs["members"]) == (4.1, 1, 3)
+
+
+# --- the meeting, in a real shared directory --------------------------------------------------
+def _meet(root, plan, by, out, delay=0.0):
+    time.sleep(delay)
+    try:
+        out[plan.me] = Meeting(root, plan, "127.0.0.1", time.time(), by, lambda m: None).gather()
+    except Missed as exc:
+        out[plan.me] = str(exc)
+
+
+def test_members_meet_and_agree_on_one_document(tmp_path):
+    by = time.monotonic() + 10
+    out: dict = {}
+    threads = [threading.Thread(target=_meet, args=(tmp_path, make_plan("42", "n[1-3]", me),
+                                                    by, out, 0.3 * i))
+               for i, me in enumerate(("n2", "n3", "n1"))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    docs = list(out.values())
+    assert all(isinstance(d, dict) for d in docs), out
+    assert docs[0] == docs[1] == docs[2] and docs[0]["members"] == ["n1", "n2", "n3"]
+    folder = tmp_path / ".batches" / docs[0]["batch"]
+    assert (folder.stat().st_mode & 0o777, (folder / "secret").stat().st_mode & 0o777) == \
+        (0o700, 0o600)
+
+
+def test_a_late_member_leaves_everyone_without_a_meeting(tmp_path):
+    by = time.monotonic() + 1.0
+    out: dict = {}
+    threads = [threading.Thread(target=_meet, args=(tmp_path, make_plan("42", "n[1-3]", me),
+                                                    by, out)) for me in ("n1", "n2")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert out == {"n1": "1 member(s) never arrived: n3",
+                   "n2": "the leader n1 never formed the meeting"}
+
+
+def test_a_members_document_is_taken_only_for_this_meeting():
+    plan = make_plan("42", "n[1-2]", "n2")
+    doc = {"batch": plan.batch_id, "leader": "n1", "members": ["n1", "n2"],
+           "addrs": {"n1": "127.0.0.1", "n2": "127.0.0.1"}, "time": 100.0}
+    assert members_problem(doc, plan, 50.0) == ""
+    assert members_problem(doc, plan, 150.0) == "an earlier meeting's"
+    assert "differ from the job's allocation" in members_problem(
+        {**doc, "members": ["n1", "n9"], "addrs": {"n1": "127.0.0.1", "n9": "127.0.0.1"}},
+        plan, 50.0)
+    assert members_problem({**doc, "leader": "n2"}, plan, 50.0)
+
+
+# --- the real prolog --------------------------------------------------------------------------
+PREFLIGHT = "[preflight]\nenabled = true\nrendezvous_timeout = 1.0\nround_timeout = 5.0\n"
+PROBE = ("import sys, json; from airlock.hooks import prolog; rc = prolog.main(); "
+         "print(json.dumps([rc, sorted(m for m in sys.modules if m in ('torch', 'click', "
+         "'hostlist', 'airlock.slurm', 'airlock.batch', 'airlock.preflight.meet'))]))")
+
+
+def _prolog(node, **env):
+    out = subprocess.run([sys.executable, "-c", PROBE], env=node.env("prolog", job="7", **env),
+                         cwd=node.root, capture_output=True, text=True, timeout=90)
+    return json.loads(out.stdout.strip().splitlines()[-1]), out.stderr
+
+
+def test_a_job_that_does_not_qualify_pays_nothing(fake_node):
+    node = fake_node(extra=PREFLIGHT)
+    node.prove()
+    (rc, loaded), err = _prolog(node, SLURM_NODELIST="n1", SLURM_JOB_NUM_NODES="1")
+    assert (rc, loaded) == (0, []), err
+    assert node.slurm.calls() == []  # no Slurm call
+    assert not (node.root / "state" / "latest-preflight.json").exists()
+
+
+def test_a_preflight_that_never_met_drains_no_one_and_the_job_runs(fake_node, tmp_path):
+    node = fake_node(extra=PREFLIGHT)
+    node.conf.write_text(f'shared_dir = "{tmp_path}/shared"\n' + node.conf.read_text())
+    node.prove()
+    (rc, loaded), err = _prolog(node, SLURM_NODELIST="n[1-2]", SLURM_JOB_NUM_NODES="2")
+    assert rc == 0 and "torch" not in loaded, err
+    assert node.slurm.updates() == []  # no drain
+    run = json.loads((node.root / "state" / "latest-preflight.json").read_text())
+    assert (run["verdict"], run["unseen"]) == ("error", ["preflight"])
+    assert run["detail"] == "no meeting: 1 member(s) never arrived: n2"
+    assert "preflight did not see job 7" in node.log("prolog")
