@@ -1,5 +1,5 @@
 """The package list is derived from the tree, never kept by hand (a hand-kept list left out
-airlock.settings, and every hook of an installed wheel died on the import). Everything else
+airlock.config.sections, and every hook of an installed wheel died on the import). Everything else
 is in pyproject.toml; its [tool.setuptools] package-dir maps the card's top-level folders
 (checks/, hooks/, templates/) into the one `airlock` namespace, and each mapped folder's
 subpackages are found here under it."""

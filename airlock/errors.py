@@ -26,7 +26,7 @@ class Unmeasured(AirlockError):
 
 
 class OwnError(AirlockError):
-    """Airlock's own trouble on this node, named by subject (see airlock.reasons.OWN_ERRORS):
+    """Airlock's own trouble on this node, named by subject (see airlock.slurm.reasons.OWN_ERRORS):
     a state or log directory that cannot be written. An unproven boot fails closed on it."""
 
     def __init__(self, subject: str, detail: str):

@@ -16,15 +16,15 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from airlock import reasons
 from airlock.checks.base import Outcome, Verdict, worst
 from airlock.errors import OwnError
-from airlock.results import ResultStore, new_run_id
+from airlock.records.results import ResultStore, new_run_id
+from airlock.slurm import reasons
 
 
 def summarize(node: str, level: str, trigger: str, records: list[dict[str, Any]],
               started: float, profile: str = "", run_id: str | None = None) -> dict[str, Any]:
-    """The run document (schema in airlock.results) from a level's check records.
+    """The run document (schema in airlock.records.results) from a level's check records.
 
     Records marked "observe" (checks in observe mode, airlock.runner.observed) keep their own
     verdict but do not make the run's: they are listed under "observed" instead, so an observed
@@ -77,7 +77,7 @@ class Finished:
         self.run = run
         self.stored = True  # the node-local copy was written
         self.problems: list[str] = []
-        self.drain: Any = None  # airlock.slurm.DrainResult when a drain was asked for
+        self.drain: Any = None  # airlock.slurm.client.DrainResult when a drain was asked for
 
     @property
     def failed(self) -> bool:
@@ -101,7 +101,7 @@ def finish_run(cfg, node: str, run: dict[str, Any], history: bool = True, slurm=
         done.stored = False
         done.problems.append(f"results not stored in {cfg.state_dir}: {exc.strerror or exc}")
     if slurm is not None and done.failed:
-        from airlock import drains  # the Slurm client: a passing hook run never loads it
+        from airlock.slurm import drains  # the Slurm client: a passing hook run never loads it
 
         done.drain = drains.fail(slurm, node, failure_reason(run, reason_suffix))
     return done
@@ -122,7 +122,7 @@ def refresh_metrics(cfg, node: str, store: ResultStore | None = None) -> str:
     """Rewrite the node's Prometheus textfile when [metrics] textfile_dir is set ("" = done)."""
     if not cfg.metrics.textfile_dir:
         return ""
-    from airlock import metrics  # only when a textfile is configured
+    from airlock.status import metrics  # only when a textfile is configured
 
     try:
         metrics.write_node_textfile(cfg, node, (store or ResultStore(cfg, node)).latest_by_level())

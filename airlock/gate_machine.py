@@ -1,7 +1,7 @@
 """The boot's lifecycle as one pure state machine: no Slurm, no clock, no files, no processes.
 
 The hooks (hooks.gate, hooks.healthcheck, hooks.prolog) and the registration suite gather the
-facts (the proof of this boot from airlock.nodestate, whether the recorded suite's process is
+facts (the proof of this boot from airlock.records.proof, whether the recorded suite's process is
 alive, the boot clock, and Slurm's view of the node once they have read it) and ask `plan` for
 one step; they only carry steps out. The hooks read Slurm only when `plan` answers READ: a
 decision that needs Slurm's view asks for it, one that does not (a suite alive and in time, a
@@ -32,10 +32,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from airlock import nodestate, reasons
+from airlock.records import proof as nodestate
+from airlock.slurm import reasons
 
 if TYPE_CHECKING:  # the HealthCheckProgram's pass path asks plan(): no Slurm client imported
-    from airlock.slurm import Node
+    from airlock.slurm.client import Node
 
 # Who asks.
 PERIODIC, PROLOG = "healthcheck", "prolog"
@@ -237,7 +238,7 @@ def isolation(view: Node) -> str:
     """The suite, before its first check: CLAIM when no drain anyone owns is in force (it sets
     Airlock's, and reads again: the read it acted on is older than its claim, and a resume and a
     job may have come in between), WAIT while jobs run, GO when drained and idle."""
-    from airlock import drains  # the suite's path only
+    from airlock.slurm import drains  # the suite's path only
 
     if drains.unclaimed(view):
         return CLAIM

@@ -11,7 +11,8 @@ How it works, and why:
   worker per node (`python -m airlock.ondemand node-worker`), in parallel, each running the level
   locally and printing its run as JSON.
 * Then a multi-node all-reduce across the nodes that passed (torch.distributed: NCCL on GPUs,
-  gloo on CPU; rendezvous on the first target). If it fails or is slow, airlock.culprit splits
+  gloo on CPU; rendezvous on the first target). If it fails or is slow, airlock.groups.culprit
+  splits
   the group and re-pairs suspects with known-good nodes, so only the bad node(s) are blamed.
 * A node is drained (`airlock: FAIL <check> <detail>`) only on a verdict: its own worker's
   FAIL, or a culprit confirmed by the group search. A node that gave no verdict of its own
@@ -37,15 +38,16 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from airlock import config as config_mod
-from airlock import finish, paths, protocol, reasons
+from airlock import finish, paths, protocol
 from airlock.checks import groupcheck
-from airlock.culprit import find_culprits
-from airlock.dist.rendezvous import SECRET_ENV, new_secret
+from airlock.collective.rendezvous import SECRET_ENV, new_secret
+from airlock.config import loader as config_mod
 from airlock.errors import AirlockError, SlurmError
+from airlock.groups.culprit import find_culprits
+from airlock.groups.topology import cut, parse_topology
 from airlock.runner import run_level
-from airlock.slurm import Node, Slurm, collect
-from airlock.topology import cut, parse_topology
+from airlock.slurm import reasons
+from airlock.slurm.client import Node, Slurm, collect
 
 EXIT_PASS, EXIT_FAIL, EXIT_PARTIAL = 0, 1, 3
 GROUP_CHECK = "group_allreduce"  # --only name of the multi-node test
@@ -396,7 +398,7 @@ def _local_level(cfg, launcher: Launcher, targets: dict[str, GroupTarget], ready
 
 
 def _group_secret(cfg, launcher: Launcher) -> tuple[str, str]:
-    """The run's rendezvous secret (airlock.dist.rendezvous): (its file, root-only, in a 0700
+    """The run's rendezvous secret (airlock.collective.rendezvous): (its file, root-only, in a 0700
     folder under the shared directory, "" without one; the folder to remove afterwards). With
     no shared directory it travels in srun's environment instead."""
 

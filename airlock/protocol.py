@@ -8,7 +8,7 @@ payload is dropped, never trusted: the parent then treats the child as having gi
     AIRLOCK-PROGRESS CHECK {...}   stderr  an isolated check's progress, relayed live
     AIRLOCK-NODE {...}             stdout  `python -m airlock.ondemand node-worker`: the node's run
     AIRLOCK-GROUP {...}            stdout  an on-demand group member's answer
-    AIRLOCK-DIST {...}             stdout  `python -m airlock.dist worker`: the node's report
+    AIRLOCK-DIST {...}             stdout  `python -m airlock.collective worker`: the node's report
 
 A line longer than MAX_LINE bytes goes out in parts, `<MARK>-PART <id> <i>/<n> <piece>`, each
 under MAX_LINE, which the readers join again. srun merges its tasks' stdout in messages of at

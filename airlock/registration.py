@@ -9,7 +9,7 @@ started detached by the hooks (hooks.gate) for a boot that has no proof yet.
 2. The registration level, with the node's drain put back before each check (a reboot with
    nextstate=resume, or a FUTURE node registering on 22.05, clears it).
 3. With [registration] group_window, a multi-node all-reduce with the nodes that registered in
-   the same window (airlock.batch), within the same suite_timeout as the checks: the hooks
+   the same window (airlock.groups.batch), within the same suite_timeout as the checks: the hooks
    count the suite's time from its first check, and the group rounds are part of it. A group
    test that cannot conclude for this node is inconclusive (Verdict.ERROR): no proof, never a
    failure of the node.
@@ -28,13 +28,15 @@ import sys
 import time
 from typing import Any
 
-from airlock import config as config_mod
-from airlock import drains, finish, gate_machine, nodestate, paths, reasons
+from airlock import finish, gate_machine, paths
 from airlock.checks.base import failed, inconclusive, passed
 from airlock.checks.context import Context
+from airlock.config import loader as config_mod
 from airlock.errors import AirlockError, where
+from airlock.records import proof as nodestate
 from airlock.runner import run_level
-from airlock.slurm import Node, Slurm
+from airlock.slurm import drains, reasons
+from airlock.slurm.client import Node, Slurm
 
 # While the suite waits for isolation it asks Slurm again after POLL_S, then twice as long
 # each time the answer is unchanged, up to POLL_MAX_S (a draining node's jobs may run for days;
@@ -167,9 +169,9 @@ class Suite:
         """Join this registration window's batch; the group all-reduce's record, or None if
         alone. A batch that cannot say whether this node is good is inconclusive (no proof,
         never a failure of the node), and it ends by the suite's deadline."""
-        from airlock.batch import Batch  # only with [registration] group_window
         from airlock.checks.groupcheck import run_member  # (the same)
-        from airlock.topology import parse_topology  # (the same)
+        from airlock.groups.batch import Batch  # only with [registration] group_window
+        from airlock.groups.topology import parse_topology  # (the same)
 
         reg = self.cfg.registration
         started = time.monotonic()

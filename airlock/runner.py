@@ -17,11 +17,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from airlock import config as config_mod
 from airlock import protocol
 from airlock.checks import registry
 from airlock.checks.base import Outcome, Verdict, failed, inconclusive, timed_out, warned
 from airlock.checks.context import Context
+from airlock.config import loader as config_mod
 from airlock.errors import AirlockError, ConfigError, OwnError, SlurmError, Unmeasured
 
 Progress = Callable[[str, str, dict[str, Any]], None]

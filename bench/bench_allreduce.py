@@ -1,4 +1,4 @@
-"""All-reduce busbw measured by Airlock's sweep (airlock/dist.py: verified rounds, progress
+"""All-reduce busbw measured by Airlock's sweep (airlock/collective.py: verified rounds, progress
 marks, per-iteration straggler timing) against a bare torch.distributed all_reduce loop, side by
 side in one run (interleaved rounds, alternating which goes first).
 
@@ -19,7 +19,7 @@ import socket
 import statistics
 import time
 
-from airlock import dist
+from airlock import collective as dist
 
 
 def _raw_rank(rank: int, world: int, port: int, nbytes: int, iters: int, warmup: int,

@@ -2,7 +2,8 @@
 
 Each member is a process of its own running the prolog's preflight (airlock.preflight.entry.run)
 as a qualifying job's prolog would: the meeting in a shared directory, the batch's all-reduce
-rounds (one `python -m airlock.dist worker` per member per round, gloo on the CPU, one rank each,
+rounds (one `python -m airlock.collective worker` per member per round, gloo on the CPU, one rank
+each,
 [ondemand] group_sizes_mb), the judging and the run document. What is not the prolog's: the
 members start together here (slurmd's prologs start within its own fan-out), and a member's own
 address comes from the bench, not from `scontrol show node` (one call per member in the prolog).
@@ -55,7 +56,7 @@ class BenchHook:
 
 
 def member(root: str, node: str, members: int, sizes: list[float]) -> int:
-    from airlock import config
+    from airlock.config import loader as config
     from airlock.preflight import entry
     from airlock.preflight.policy import Job
 

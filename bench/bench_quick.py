@@ -199,7 +199,7 @@ def write_setup(root: str, real_nvml: bool, extra: str = "") -> str:
     """Config (plus `extra` TOML), simulation file and a proven boot for NODE; returns the config
     path."""
     from airlock.dev.proof import prove_boot
-    from airlock.nvml import healthy_gpu_dict
+    from airlock.hw.nvml import healthy_gpu_dict
 
     conf = os.path.join(root, "airlock.toml")
     lines = [f'state_dir = "{root}/state"', f'log_dir = "{root}/log"']

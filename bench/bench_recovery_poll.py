@@ -25,14 +25,14 @@ import statistics
 import time
 from pathlib import Path
 
-from airlock import config
+from airlock.config import loader as config
 from airlock.recovery import machine as m
 from airlock.recovery import policy as pol
 from airlock.recovery.journal import Journal
 from airlock.recovery.providers import Provider
 from airlock.recovery.service import Service
 from airlock.recovery.store import RecoveryStore
-from airlock.slurm import parse_node_json, parse_show_node
+from airlock.slurm.client import parse_node_json, parse_show_node
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "24.11"
 CHECKS = ["gpu_count", "burnin", "xid", "nccl", "row_remap", "mounts"]
@@ -130,7 +130,7 @@ def live(counts: list[int], repeat: int) -> None:
     import tempfile
 
     from airlock.dev.cluster import DevCluster
-    from airlock.slurm import Slurm
+    from airlock.slurm.client import Slurm
 
     class Big(DevCluster):
         size = 0

@@ -21,10 +21,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from airlock import config as config_mod
+from airlock.config import loader as config_mod
 from airlock.dev.cluster import DevCluster
-from airlock.nodestate import NodeState
 from airlock.paths import read_json
+from airlock.records.proof import NodeState
 
 HOOK_LINE = re.compile(r" (new|boot): .*\((\d+\.\d+)s\)$|quick \w+ in [\d.]+s \((\d+\.\d+)s\)$")
 

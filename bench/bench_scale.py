@@ -29,7 +29,7 @@ Group mode (`--group`):
 
   * the culprit search over simulated tests (pure, no processes): rounds and tests to find 1
     and 2 corrupt members of 16, 64 and 256, every position tried (1) or 200 random pairs (2),
-    against the bound airlock/culprit.py claims;
+    against the bound airlock/groups/culprit.py claims;
   * with --members M (e.g. 64): a real group of M members on this machine (airlock.dev.group:
     each member one node's launcher with its relay and --ranks ranks, gloo on the CPU, 4 KiB
     tensors), first whole and healthy, then with --culprits members planted corrupt
@@ -64,7 +64,7 @@ from pathlib import Path
 from typing import Any
 
 from airlock.dev.cluster import VERSIONS, DevCluster
-from airlock.nodestate import NodeState
+from airlock.records.proof import NodeState
 
 SDIAG_LINE = re.compile(r"^\s+(\S+)\s+\(\s*\d+\)\s+count:(\d+)\s+ave_time:(\d+)\s+"
                         r"total_time:(\d+)")
@@ -332,7 +332,7 @@ def join(n: int, version: str, airlock: bool, level: str, timeout: float,
               for name in names if (marks / name).exists()}
         early = 0
         if airlock:
-            from airlock import config as config_mod
+            from airlock.config import loader as config_mod
 
             cfg = config_mod.load(c.airlock_conf)
             if window:
@@ -426,7 +426,7 @@ def reads(n: int, version: str, repeat: int = 20) -> dict[str, Any]:
 def simulate(n: int, culprits: int, trials: int = 200, seed: int = 1) -> dict[str, Any]:
     import random
 
-    from airlock.culprit import find_culprits
+    from airlock.groups.culprit import find_culprits
 
     nodes = [f"n{i:04d}" for i in range(n)]
     rnd = random.Random(seed)
@@ -451,8 +451,8 @@ def real_group(members: int, ranks: int, culprits: int, timeout: float) -> dict[
     """A real group on this machine: healthy, then with culprits planted, searched."""
     import random
 
-    from airlock.batch import round_verdict
-    from airlock.culprit import find_culprits
+    from airlock.groups.batch import round_verdict
+    from airlock.groups.culprit import find_culprits
 
     nodes = [f"m{i:03d}" for i in range(members)]
     bad = set(random.Random(7).sample(nodes, culprits))

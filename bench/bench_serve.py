@@ -36,10 +36,10 @@ import requests
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from airlock import config as config_mod  # noqa: E402
-from airlock import status  # noqa: E402
+from airlock.config import loader as config_mod  # noqa: E402
 from airlock.dev.cluster import free_port  # noqa: E402
-from airlock.slurm import Slurm  # noqa: E402
+from airlock.slurm.client import Slurm  # noqa: E402
+from airlock.status import collect as status  # noqa: E402
 from tests.unit.recorded import Recorded, check, run_doc  # noqa: E402
 
 GOAL_NODES_S = 0.3

@@ -64,7 +64,8 @@ KIB = 1024
 # --- steps that run in a process of their own (python bench/gpu_proof.py step NAME) ----------
 def step_snapshot(cfg_path: str) -> dict[str, Any]:
 
-    from airlock import config, nvml, profiles
+    from airlock.config import loader as config
+    from airlock.hw import nvml, profiles
 
     cfg = config.load(cfg_path)
     snap = nvml.gather(nvml.backend_for(cfg, NODE), cfg.nvml.timeout)
@@ -117,7 +118,7 @@ def step_corrupt(dtypes: list[str], size: int, duration: float) -> dict[str, Any
 
 
 def step_nccl(backend: str, sizes: list[int], iters: int) -> dict[str, Any]:
-    from airlock import dist
+    from airlock import collective as dist
 
     out: dict[str, Any] = {}
     for name, faults in (("clean", {}), ("allreduce_corrupt", {"allreduce_corrupt": "0"})):
@@ -167,7 +168,7 @@ class Proof:
         os.makedirs(os.path.join(self.work, "profiles"))
         self.derived_profile()
         if self.cpu:
-            from airlock.nvml import healthy_gpu_dict
+            from airlock.hw.nvml import healthy_gpu_dict
 
             with open(os.path.join(self.work, "sim.json"), "w") as fh:
                 # the GPU is simulated, so CUDA is too: CPU stand-ins (checks/devices.py)
@@ -197,7 +198,7 @@ class Proof:
     def derived_profile(self) -> None:
         """The shipped H200 profile for a one-GPU machine, in the proof's own site profile
         directory: only the count and the NVLink expectation change."""
-        from airlock import profiles
+        from airlock.hw import profiles
 
         shipped = profiles.named(SHIPPED)
         data = {"name": DERIVED, "models": list(shipped.models), "gpus": 1,
@@ -420,7 +421,7 @@ class Proof:
     def floor_margins(self, check: dict[str, Any]) -> dict[str, float]:
         """Each dtype's median burn-in TFLOPS over the floor of the profile that judged it (the
         derived H200 one on a GPU, `cpu` for CPU devices)."""
-        from airlock import profiles
+        from airlock.hw import profiles
 
         burn = (check.get("checks") or {}).get("burnin", {}).get("figures") or {}
         if not burn.get("median_tflops") or not burn.get("profile"):

@@ -20,9 +20,9 @@ import sys
 import tempfile
 import time
 
-from airlock import config as config_mod
+from airlock.config import loader as config_mod
 from airlock.dev.cluster import DevCluster
-from airlock.nodestate import NodeState
+from airlock.records.proof import NodeState
 
 
 def in_service(c: DevCluster, name: str, cfg, after_run: str):

@@ -1,5 +1,5 @@
 """Intra-node all-reduce: one process per local GPU (NCCL), or [allreduce] cpu_ranks processes on
-the CPU (gloo), through airlock/dist.py, which the group check also runs across nodes.
+the CPU (gloo), through airlock/collective.py, which the group check also runs across nodes.
 
 The verdict, in order: a hung collective (`timeout`, naming the ranks that fell behind), a rank
 that died, a rank that sent wrong data, a wrong sum (ranks, size, element, expected, got), a rank
@@ -12,11 +12,11 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from airlock import dist
+from airlock import collective as dist
 from airlock.checks.base import Outcome, Verdict, failed, inconclusive, passed, skipped
 from airlock.checks.devices import plan as device_plan
 from airlock.checks.devices import unusable
-from airlock.settings.checks import AllreduceSection
+from airlock.config.sections.checks import AllreduceSection
 
 CHECK = "allreduce"
 

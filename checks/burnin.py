@@ -43,7 +43,7 @@ from airlock.checks.base import Outcome, failed, passed, warned
 from airlock.checks.devices import plan as device_plan
 from airlock.checks.devices import unusable
 from airlock.checks.fleet import fleet_members, fleet_reference, read_fleet
-from airlock.faults import device_arg
+from airlock.hw.faults import device_arg
 
 CHECK = "burnin"
 SEED = 1234

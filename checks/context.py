@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from airlock import faults as faults_mod
-from airlock import nvml, profiles
+from airlock.hw import faults as faults_mod
+from airlock.hw import nvml, profiles
 
 
 class Context:

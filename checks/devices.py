@@ -30,9 +30,9 @@ import signal
 import time
 from typing import Any, NamedTuple
 
-from airlock import nvml, profiles
 from airlock.checks.base import Outcome, failed, passed, skipped
 from airlock.checks.nvml_checks import snapshot_or_outcome
+from airlock.hw import nvml, profiles
 
 CHECK = "cuda"
 CUDA, CPU, STAND_IN = "cuda", "cpu", "stand-in"

@@ -132,7 +132,8 @@ def _span(seconds: float) -> str:
 
 # --- the check -------------------------------------------------------------------------------
 def check_link_flap(ctx) -> Outcome:
-    from airlock import boot, paths  # the state file: only when there are ports to count
+    from airlock import paths  # the state file: only when there are ports to count
+    from airlock.hw import boot
 
     s, sysc = ctx.cfg.flaps, ctx.cfg.system
     ports = read_ports(sysc.sys_root, s.devices or sysc.rdma_devices)

@@ -20,8 +20,8 @@ from typing import Any
 
 from airlock.errors import AirlockError
 from airlock.paths import NODE, SafeDir, split_template, valid_node_name
-from airlock.results import load, run_problem
-from airlock.slurm import Slurm
+from airlock.records.results import load, run_problem
+from airlock.slurm.client import Slurm
 
 CHECK = "burnin"
 
@@ -63,12 +63,12 @@ def read_fleet(shared_dir: str, node: str, profile: str, per_node: int = 5,
                members: set[str] | None = None,
                extract: Callable[[dict[str, Any], str], Any] | None = None) -> dict[str, Any]:
     """{other node: {dtype: its median device TFLOPS}} from the latest passing burn-in with the
-    same profile in each other node's `results/` folder (the layout of airlock/results.py:
+    same profile in each other node's `results/` folder (the layout of airlock/records/results.py:
     `<shared_dir>/<node>`, or shared_dir with {node} replaced).
 
     The folders are walked without following links and only documents that root wrote and that
     validate as a run of that very node count, one node per folder (airlock.paths.SafeDir,
-    airlock.results.run_problem), and only for nodes in `members` (fleet_members: what
+    airlock.records.results.run_problem), and only for nodes in `members` (fleet_members: what
     Slurm lists; None only for callers that checked membership themselves); what was left out,
     and why, is appended to `ignored`. `extract(run, profile)` takes what a caller wants from
     a validated run (None: not in this run, try the node's previous one); the burn-in's

@@ -1,13 +1,13 @@
 """Multi-node all-reduce: one member per node, one rank per local GPU (one rank on CPU).
 
 Used by the on-demand group check (launched on every target by srun) and by registration
-batches (launched by each member's registration suite). Each member runs airlock.dist's
+batches (launched by each member's registration suite). Each member runs airlock.collective's
 launcher for its node in a process of its own, with a hard timeout, so every rank of every
 node joins one torch.distributed group (NCCL on GPUs, gloo on CPU) through the rendezvous store
 hosted by the first node. The member judges its own node's report with the same verdict as the
 intra-node all-reduce check.
 
-Node-scoped fault switches (airlock/faults.py), read on the faulty node itself, so the node's
+Node-scoped fault switches (airlock/hw/faults.py), read on the faulty node itself, so the node's
 intra-node checks stay clean and only the multi-node test can catch it:
   group_corrupt = 1       this node's first rank sends wrong data
   group_slow = SECONDS    this node's first rank sleeps before each collective
@@ -21,18 +21,19 @@ import signal
 import subprocess
 from typing import Any
 
-from airlock import dist, nvml
-from airlock import faults as faults_mod
+from airlock import collective as dist
 from airlock.checks.allreduce import verdict_allreduce
 from airlock.checks.base import Verdict
-from airlock.dist.params import EXIT_UNMEASURED
-from airlock.profiles import select
+from airlock.collective.params import EXIT_UNMEASURED
+from airlock.hw import faults as faults_mod
+from airlock.hw import nvml
+from airlock.hw.profiles import select
 
 CHECK = "group_allreduce"
 
 
 def fault_switches(node_faults: dict[str, str]) -> str:
-    """Translate the node's group_* switches into airlock.dist's per-rank switches."""
+    """Translate the node's group_* switches into airlock.collective's per-rank switches."""
     out = []
     if "group_corrupt" in node_faults:
         out.append("allreduce_corrupt=0")
@@ -59,7 +60,7 @@ def group_floor(cfg, profile_floor: float) -> float:
     return cfg.ondemand.group_busbw_floor_gbps or profile_floor
 
 
-# Progress steps (airlock.dist.rank) at which a rank waits for nobody: after it joined the
+# Progress steps (airlock.collective.rank) at which a rank waits for nobody: after it joined the
 # group and before its first collective. A rank still there when the run timed out is stuck in
 # its own node; a rank at any other step was waiting for the others (the rendezvous, a
 # collective) or never reached the store, which says nothing about its node.

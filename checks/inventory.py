@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import re
 
-from airlock import profiles
 from airlock.checks.base import Outcome, failed, passed
 from airlock.checks.nvml_checks import snapshot_or_outcome
 from airlock.checks.registry import HEAVY
+from airlock.hw import profiles
 
 _GRES_ITEM = re.compile(r"^gpu(?::[^:(]+)?:(\d+)")
 

@@ -24,8 +24,8 @@ from typing import Any
 from airlock.checks.base import Outcome, failed, passed
 from airlock.checks.devices import plan as device_plan
 from airlock.checks.devices import unusable
-from airlock.faults import device_arg
-from airlock.settings.checks import MemtestSection
+from airlock.config.sections.checks import MemtestSection
+from airlock.hw.faults import device_arg
 
 CHECK = "memtest"
 SEED = 4321

@@ -3,7 +3,7 @@ a thin gather.
 
 The snapshot is taken once per run (Context.snapshot) and shared. The `nvml` check runs first and
 owns NVML's own failures: a hung gather is "nvml timeout" there, and every later NVML check skips
-("no NVML data") instead of failing again or waiting again (airlock.nvml remembers the stuck
+("no NVML data") instead of failing again or waiting again (airlock.hw.nvml remembers the stuck
 call). A check run on its own (`--only ecc`) that meets the failure first reports it itself, so
 an unreadable NVML never reads as a pass. On a confirmation re-run (attempt > 1) the snapshot is
 gathered afresh, so the second opinion comes from the hardware, not from the first reading.
@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from airlock.checks.base import Outcome, Verdict, failed, passed, skipped, warned
-from airlock.nvml import Gpu, NvmlError, NvmlTimeout, Snapshot
-from airlock.profiles import node_pci_gpus
+from airlock.hw.nvml import Gpu, NvmlError, NvmlTimeout, Snapshot
+from airlock.hw.profiles import node_pci_gpus
 
 
 # --- shared gather -----------------------------------------------------------------------------

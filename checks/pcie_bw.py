@@ -30,7 +30,7 @@ from airlock.checks.base import Outcome, failed, passed, skipped, warned
 from airlock.checks.devices import DevicePlan, unusable
 from airlock.checks.devices import plan as device_plan
 from airlock.checks.nvml_checks import snapshot_or_outcome
-from airlock.faults import device_arg
+from airlock.hw.faults import device_arg
 
 CHECK = "pcie_bw"
 MIB = 1 << 20

@@ -12,7 +12,7 @@ import tempfile
 from typing import Any, NamedTuple
 
 from airlock.checks.base import Outcome, failed, passed, skipped
-from airlock.settings.checks import SystemSection
+from airlock.config.sections.checks import SystemSection
 
 
 # --- RDMA ---------------------------------------------------------------------------------------

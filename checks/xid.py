@@ -1,4 +1,4 @@
-"""XID events judged by a policy kept as data (airlock/profiles/xid_policy.toml).
+"""XID events judged by a policy kept as data (airlock/hw/profiles/xid_policy.toml).
 
 Two sources, merged: the NVML snapshot (events seen while it was taken, and the simulation's)
 and the kernel log, where the driver writes every XID as
@@ -31,10 +31,10 @@ import re
 import time
 from typing import Any, NamedTuple
 
-from airlock.boot import wall_start as boot_time
 from airlock.checks.base import Outcome, failed, passed, warned
-from airlock.nvml import NvmlError, XidEvent, pci_key
-from airlock.profiles.xid_policy import XidPolicy, policy
+from airlock.hw.boot import wall_start as boot_time
+from airlock.hw.nvml import NvmlError, XidEvent, pci_key
+from airlock.hw.profiles.xid_policy import XidPolicy, policy
 
 
 # --- the kernel log ----------------------------------------------------------------------------

@@ -5,7 +5,7 @@ own errors (docs/guide.md, "When Airlock itself fails", has it as a table).
   The node is drained with a reason that names the cause, `airlock: FAIL config <file>: <problem>`
   or `airlock: FAIL <hook> <ExceptionType> <where>`, and the prolog refuses the job.
 * Proven boot: fail open. No drain (a typo in airlock.toml must not drain the cluster), but the
-  error goes to the hook's log, to errors.json (airlock.incidents) and from there to
+  error goes to the hook's log, to errors.json (airlock.records.incidents) and from there to
   `airlock status`, the metrics and `airlock doctor`.
 
 guard() catches every exception type, so no hook ever exits with a traceback (a prolog or
@@ -22,10 +22,14 @@ import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from airlock import boot as boot_mod
-from airlock import config as config_mod
-from airlock import faults, incidents, nodestate, paths, slurmconf
+from airlock import paths
+from airlock.config import loader as config_mod
 from airlock.errors import ConfigError, OwnError, where
+from airlock.hw import boot as boot_mod
+from airlock.hw import faults
+from airlock.records import incidents
+from airlock.records import proof as nodestate
+from airlock.slurm import conf as slurmconf
 
 
 class Hook:
@@ -66,7 +70,7 @@ class Hook:
     def slurm(self):
         """The Slurm client of this run: each call ends by the run's deadline()."""
         if self._slurm is None:
-            from airlock.slurm import Slurm  # only paths that talk to Slurm pay for it
+            from airlock.slurm.client import Slurm  # only paths that talk to Slurm pay for it
 
             self._slurm = Slurm(bin_dir=self.setting("slurm.bin_dir"),
                                 conf=self.setting("slurm.conf"),
@@ -167,7 +171,10 @@ def describe(hook: Hook, exc: BaseException) -> tuple[str, str]:
 
 def fail_closed(hook: Hook, subject: str, detail: str) -> str:
     """Drain with an own-error reason (kept behind a hardware failure already in force)."""
-    from airlock import drains, reasons  # Slurm's client: the pass path never drains
+    from airlock.slurm import (
+        drains,  # Slurm's client: the pass path never drains
+        reasons,
+    )
 
     try:
         res = drains.fail(hook.slurm(), hook.node, reasons.failure(subject, detail))

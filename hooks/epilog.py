@@ -29,14 +29,15 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from airlock import boot as boot_mod
-from airlock import finish, nvml
+from airlock import finish
 from airlock.checks.base import Outcome, failed, passed, skipped, warned
 from airlock.errors import AirlockError
 from airlock.hooks.common import Hook, guard
 from airlock.hooks.prolog import gpu_snapshot, jobs_dir
+from airlock.hw import boot as boot_mod
+from airlock.hw import nvml
+from airlock.hw.profiles.xid_policy import policy
 from airlock.paths import read_json
-from airlock.profiles.xid_policy import policy
 
 
 # --- pure verdicts -------------------------------------------------------------------------------

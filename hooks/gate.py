@@ -1,7 +1,7 @@
 """The two locks on an unproven boot, shared by the HealthCheckProgram (the first lock, at slurmd
 start and every interval) and the prolog (the second lock, before every job).
 
-Whatever the node's record says about this boot (airlock.nodestate), these functions bring the
+Whatever the node's record says about this boot (airlock.records.proof), these functions bring the
 node to where it must be:
 
   none      a boot Airlock has no proof for: isolate it and start the registration suite; or,
@@ -24,12 +24,14 @@ import subprocess
 import sys
 import time
 
-from airlock import boot as boot_mod
-from airlock import config as config_mod
-from airlock import drains, gate_machine, nodestate, paths, reasons
+from airlock import gate_machine, paths
+from airlock.config import loader as config_mod
 from airlock.errors import OwnError, SlurmError
 from airlock.hooks.common import Hook
-from airlock.results import new_run_id
+from airlock.hw import boot as boot_mod
+from airlock.records import proof as nodestate
+from airlock.records.results import new_run_id
+from airlock.slurm import drains, reasons
 
 # The lifecycle's numbers live with its decisions (airlock.gate_machine); named here too for
 # the callers and tests that read them from the hooks.

@@ -2,7 +2,7 @@
 HealthCheckInterval.
 
 Slurm gives it only SLURMD_NODENAME: no PATH, no SLURM_CONF, no arguments; the config path comes
-from $AIRLOCK_CONFIG or /etc/airlock/airlock.toml; airlock.slurm finds the Slurm binaries.
+from $AIRLOCK_CONFIG or /etc/airlock/airlock.toml; airlock.slurm.client finds the Slurm binaries.
 
 * This boot has passed its registration: run the quick level (NVML, system; never torch) and
   drain with the failing check named. The pass path makes no Slurm call once the proof has
@@ -23,8 +23,10 @@ import os
 import sys
 import time
 
-from airlock import finish, gate_machine, nodestate, slurmconf
+from airlock import finish, gate_machine
 from airlock.hooks.common import Hook, guard
+from airlock.records import proof as nodestate
+from airlock.slurm import conf as slurmconf
 
 
 def periodic(hook: Hook) -> tuple[str, finish.Finished]:
@@ -69,7 +71,7 @@ def settle_claim(hook: Hook) -> str:
     step = M.settle(f)
     if step.kind == M.NOTHING:
         return ""
-    from airlock import drains  # the Slurm client: only this rare path needs it
+    from airlock.slurm import drains  # the Slurm client: only this rare path needs it
 
     record = hook.proof.record
     slurm = hook.slurm()

@@ -24,9 +24,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from airlock import boot as boot_mod
 from airlock import finish
 from airlock.hooks.common import Hook, guard
+from airlock.hw import boot as boot_mod
 from airlock.paths import atomic_write, node_dir
 from airlock.preflight import entry as preflight
 

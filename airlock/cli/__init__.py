@@ -11,7 +11,7 @@ import sys
 import click
 
 from airlock import __version__
-from airlock import config as config_mod
+from airlock.config import loader as config_mod
 from airlock.errors import AirlockError
 
 COMMANDS = {

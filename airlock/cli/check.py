@@ -9,10 +9,11 @@ import time
 
 import click
 
-from airlock import finish, ondemand, paths, report
+from airlock import finish, ondemand, paths
 from airlock.cli.common import load_config
+from airlock.config.sections import LEVELS
+from airlock.records import report
 from airlock.runner import run_level
-from airlock.settings import LEVELS
 
 
 @click.command("check")

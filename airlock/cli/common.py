@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from airlock import config as config_mod
+from airlock.config import loader as config_mod
 
 
 def load_config(ctx: click.Context):

@@ -6,7 +6,8 @@ import sys
 
 import click
 
-from airlock import doctor, paths
+from airlock import paths
+from airlock.admin import doctor
 
 
 @click.command("doctor")

@@ -6,10 +6,12 @@ import sys
 
 import click
 
-from airlock import metrics, paths, status
+from airlock import paths
 from airlock.cli.common import load_config
 from airlock.errors import AirlockError
-from airlock.results import ResultStore
+from airlock.records.results import ResultStore
+from airlock.status import collect as status
+from airlock.status import metrics
 
 
 @click.command("metrics")

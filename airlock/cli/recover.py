@@ -12,14 +12,14 @@ import time
 
 import click
 
-from airlock import reasons
 from airlock.cli.common import load_config
 from airlock.errors import AirlockError
 from airlock.recovery import providers
 from airlock.recovery.journal import Journal
 from airlock.recovery.service import Service
 from airlock.recovery.store import RecoveryStore
-from airlock.slurm import Slurm
+from airlock.slurm import reasons
+from airlock.slurm.client import Slurm
 
 
 @click.command("recover")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from airlock import config as config_mod
-from airlock import render
+from airlock.admin import render
+from airlock.config import loader as config_mod
 
 output = click.option("-o", "--output", default=None,
                       help="Write to this file (atomically) instead of stdout.")

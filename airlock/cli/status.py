@@ -6,8 +6,8 @@ import json
 
 import click
 
-from airlock import status
 from airlock.cli.common import load_config
+from airlock.status import collect as status
 
 
 @click.command("status")

@@ -55,9 +55,9 @@ from typing import Any
 import tomli_w
 
 import airlock
-from airlock import render
+from airlock.admin import render
 from airlock.paths import atomic_write_text
-from airlock.slurm import Node, Slurm, expand, parse_version
+from airlock.slurm.client import Node, Slurm, expand, parse_version
 
 MARKER = "AIRLOCK_DEVCLUSTER"
 VERSIONS = ("22.05", "24.11", "26.05")

@@ -16,12 +16,12 @@ from typing import Any
 
 import click
 
-from airlock import config as config_mod
-from airlock import status
+from airlock.config import loader as config_mod
 from airlock.dev.cloud import FakeCloud
 from airlock.dev.cluster import DevCluster, healthy_gpus
-from airlock.nodestate import NodeState
+from airlock.records.proof import NodeState
 from airlock.recovery.store import RecoveryStore
+from airlock.status import collect as status
 
 
 class Watch:

@@ -1,6 +1,7 @@
 """A multi-node all-reduce group on one machine, for tests and benchmarks of group checks at scale.
 
-Each member is what `python -m airlock.dist worker` runs on its node: airlock.dist's launcher
+Each member is what `python -m airlock.collective worker` runs on its node: airlock.collective's
+launcher
 (dist.launch), with its own relay, its own forked ranks and the run's secret; the first member
 hosts the store. Here the members are forked from one parent that imported torch once, instead
 of one interpreter per member: 64 members each importing torch (about 210 MiB resident apiece)
@@ -24,10 +25,10 @@ import sys
 import time
 from typing import Any
 
-from airlock import dist
-from airlock import faults as faults_mod
+from airlock import collective as dist
 from airlock.checks.groupcheck import judge
-from airlock.dist.rendezvous import new_secret
+from airlock.collective.rendezvous import new_secret
+from airlock.hw import faults as faults_mod
 
 
 def _free_port() -> int:

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import os
 
-from airlock import boot, config, nodestate
+from airlock.config import loader as config
 from airlock.hooks.healthcheck import SETTLE_S
+from airlock.hw import boot
+from airlock.records import proof as nodestate
 
 
 def prove_boot(cfg_or_path, node: str, verdict: str = "pass", settled: bool = True) -> dict:

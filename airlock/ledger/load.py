@@ -8,11 +8,12 @@ from __future__ import annotations
 import re
 import time
 
-from airlock import results, slurmconf
 from airlock.errors import AirlockError, SlurmError
 from airlock.ledger.history import Action, History, Job, NodeView, Release
+from airlock.records import results
 from airlock.recovery.machine import format_slurm_time, parse_slurm_time
-from airlock.slurm import Node, Slurm
+from airlock.slurm import conf as slurmconf
+from airlock.slurm.client import Node, Slurm
 
 # The recovery store's action statuses that mean the action was sent (store.ISSUED, DONE).
 SENT = ("issued", "done")

@@ -5,8 +5,9 @@ together from their prologs, and only a culprit is drained (docs/guide.md, "Job 
            that does not qualify costs no Slurm call and no torch)
   plan     the job's members, its leader and its meeting folder, from the allocation (pure)
   meet     the meeting: every member announces itself in the shared directory, the leader
-           writes the group's secret and members, then airlock.batch drives the all-reduce
-           rounds and the culprit search (airlock.culprit) exactly as for a registration batch
+           writes the group's secret and members, then airlock.groups.batch drives the all-reduce
+           rounds and the culprit search (airlock.groups.culprit) exactly as for a registration
+           batch
   judge    one member's outcome from the batch's verdict (pure): pass, culprit or inconclusive
   record   the run document, its timings and the running totals for the metrics
   run      the prolog's entry: the above in order, inside the budget

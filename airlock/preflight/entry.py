@@ -6,7 +6,8 @@ Cheap until a job qualifies: this module imports only the policy at load, reads 
 address, meets the others (airlock.preflight.meet), runs the rounds, and:
 
 * a culprit (the batch blames it and its own answer failed): the run is stored and the node is
-  drained through airlock.drains with `airlock: FAIL preflight <what> (job N)`; the prolog exits 1,
+  drained through airlock.slurm.drains with `airlock: FAIL preflight <what> (job N)`; the prolog
+  exits 1,
   so Slurm requeues the job and it runs later on other nodes; user code never runs on this set;
 * pass: exit 0, the run stored with its timings;
 * inconclusive (the meeting never formed, a member came late, a secret could not be read, no
@@ -16,7 +17,7 @@ address, meets the others (airlock.preflight.meet), runs the rounds, and:
 
 Every exception is caught here: a preflight never turns Airlock's own trouble into a failed prolog.
 
-Fault switches for tests (airlock/faults.py's sources; read on the node itself):
+Fault switches for tests (airlock/hw/faults.py's sources; read on the node itself):
   preflight_delay = SECONDS     this member's prolog waits SECONDS before it announces itself
   preflight_secret = unreadable this member is handed a secret file it cannot read
 """
@@ -54,7 +55,7 @@ def run(hook, job: Job) -> tuple[int, str]:
     from airlock.preflight import record
     from airlock.preflight.meet import Meeting, Missed
     from airlock.preflight.plan import PlanError, make_plan
-    from airlock.results import new_run_id
+    from airlock.records.results import new_run_id
 
     cfg, node = hook.cfg, hook.node
     sec = cfg.preflight
@@ -121,8 +122,8 @@ def run(hook, job: Job) -> tuple[int, str]:
 
 def _rounds(cfg, hook, plan, root, addr: str, doc: dict[str, Any], deadline: float,
             unreadable: bool) -> dict[str, Any]:
-    from airlock.batch import Batch
     from airlock.checks.groupcheck import run_member
+    from airlock.groups.batch import Batch
 
     members = set(plan.members)
     batch = Batch(root, plan.me, addr, window=0.0, round_timeout=cfg.preflight.round_timeout,
@@ -141,7 +142,7 @@ def _rounds(cfg, hook, plan, root, addr: str, doc: dict[str, Any], deadline: flo
 
 
 def _faults(cfg, node: str) -> dict[str, str]:
-    from airlock import faults as faults_mod
+    from airlock.hw import faults as faults_mod
 
     try:
         return faults_mod.active(cfg, node)

@@ -5,7 +5,8 @@ The figures were already judged where they were measured: each member's all-redu
 (group_busbw_floor_gbps) and against the group's own median (a rank outside the collective for
 most of it while the others' median is well below is a straggler), and names wrong data or a
 wrong sum by rank. The batch's culprit search turns failed rounds into blame, and
-airlock.batch.Batch.verify_own keeps of that only what this node's own answers bear out. So here:
+airlock.groups.batch.Batch.verify_own keeps of that only what this node's own answers bear out. So
+here:
 a member is a culprit only when the verdict blames it and its own answer failed, passes only
 when it passed a round itself, and is otherwise inconclusive.
 """

@@ -1,11 +1,12 @@
-"""The meeting: a job's members find each other in the shared directory, then run airlock.batch's
+"""The meeting: a job's members find each other in the shared directory, then run
+airlock.groups.batch's
 rounds (the all-reduce, and on a failure the culprit search) exactly as a registration batch.
 
-    <shared root>/.batches/<batch_id>/                  0700, root only (airlock.batch)
+    <shared root>/.batches/<batch_id>/                  0700, root only (airlock.groups.batch)
     <shared root>/.batches/<batch_id>/here-<node>.json  {node, addr, time}  each member
     <shared root>/.batches/<batch_id>/secret            0600, written by the leader
     <shared root>/.batches/<batch_id>/members.json      {batch, leader, members, addrs, time}
-    then airlock.batch's round-, result- and verdict documents
+    then airlock.groups.batch's round-, result- and verdict documents
 
 Unlike a registration batch, the members are not discovered: they are the job's allocation as
 slurmd handed it to every prolog (airlock.preflight.plan), so no member asks Slurm who exists, and
@@ -23,7 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from airlock import batch as batch_mod
+from airlock.groups import batch as batch_mod
 from airlock.paths import SafeDir
 from airlock.preflight.plan import Plan
 

@@ -1,5 +1,5 @@
 """Who meets, where, and who leads: from the allocation alone, so every member computes the same
-plan without asking anyone (pure; python-hostlist expands Slurm's node list, as airlock.slurm
+plan without asking anyone (pure; python-hostlist expands Slurm's node list, as airlock.slurm.client
 does, with no Slurm call)."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ class Plan(NamedTuple):
     members: list[str]  # in Slurm's order
     leader: str
     me: str
-    batch_id: str  # the meeting's folder under <shared root>/.batches (airlock.batch)
+    batch_id: str  # the meeting's folder under <shared root>/.batches (airlock.groups.batch)
 
     @property
     def leading(self) -> bool:
@@ -51,6 +51,6 @@ def make_plan(job_id: str, nodelist: str, me: str, members: list[str] | None = N
         raise PlanError(f"{me} is not in the job's node list {nodelist!r}")
     digest = zlib.crc32(",".join(names).encode()) & 0xFFFFFFFF
     batch_id = f"batch-{job_id}-preflight.r{int(restarts)}.{digest:08x}"
-    if not valid_batch_id(batch_id):  # the pattern airlock.batch checks every folder against
+    if not valid_batch_id(batch_id):  # the pattern airlock.groups.batch checks every folder against
         raise PlanError(f"no meeting folder for job {job_id}")
     return Plan(job_id, names, names[0], me, batch_id)

@@ -66,7 +66,8 @@ def _features(constraints: str) -> set[str]:
 
 
 def qualifies(section: Any, job: Job) -> tuple[bool, str]:
-    """(whether the job gets a preflight, why) under [preflight] (airlock.settings.preflight)."""
+    """(whether the job gets a preflight, why) under [preflight]
+    (airlock.config.sections.preflight)."""
     if not section.enabled:
         return False, "preflight off"
     nodes = job.num_nodes or count_nodes(job.nodelist)

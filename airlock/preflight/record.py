@@ -1,4 +1,5 @@
-"""A preflight's run document (airlock.results schema, level "preflight", trigger "prolog") and
+"""A preflight's run document (airlock.records.results schema, level "preflight", trigger "prolog")
+and
 the node's running totals, which the run carries as figures so the node's metrics textfile
 exports them (airlock_check_figure{level="preflight",check="preflight",figure=...})."""
 

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
-from airlock import reasons
+from airlock.slurm import reasons
 
 DETECTED = "detected"
 REBOOT_REQUESTED = "reboot_requested"
@@ -87,7 +87,7 @@ def is_new_boot(boot_time: str, boot_before: str, requested_at: float, limits) -
 
 
 class Obs(NamedTuple):
-    """What one poll says about one node (from airlock.slurm.Node). A NamedTuple: a poll
+    """What one poll says about one node (from airlock.slurm.client.Node). A NamedTuple: a poll
     builds one per node, 20,000 at a time, and a frozen dataclass costs several times more."""
 
     name: str

@@ -15,7 +15,7 @@ from importlib import resources
 from airlock.checks.groupcheck import CHECK as GROUP_CHECK
 from airlock.checks.registry import CHECKS
 from airlock.errors import ConfigError
-from airlock.reasons import OWN_ERRORS
+from airlock.slurm.reasons import OWN_ERRORS
 
 ACTIONS = ("reboot", "replace")
 # What can stand as <check> in "airlock: FAIL <check> ...": the registry's checks, the

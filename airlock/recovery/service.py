@@ -21,9 +21,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from airlock import faults, reasons
 from airlock.checks.drift import identity_keys
 from airlock.errors import AirlockError
+from airlock.hw import faults
+from airlock.records.results import read_many
 from airlock.recovery import machine
 from airlock.recovery import policy as policy_mod
 from airlock.recovery.journal import Journal
@@ -37,7 +38,7 @@ from airlock.recovery.providers import (
     recover_reason,
 )
 from airlock.recovery.store import DONE, DROPPED, INTENT, RecoveryStore
-from airlock.results import read_many
+from airlock.slurm import reasons
 
 
 @dataclass

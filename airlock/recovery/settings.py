@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from urllib.parse import urlparse
 
-from airlock.settings import Section, is_loopback, setting
+from airlock.config.sections import Section, is_loopback, setting
 
 PROVIDERS = ("http", "command", "aws-hyperpod", "hyperpod-slurm", "slurm-power", "none")
 REBOOT_VIA = ("slurm", "provider")

@@ -1,6 +1,6 @@
 """`airlock serve`: the console and API on the controller, beside `airlock recover`.
 
-It answers from the same code as `airlock status` (airlock.status), `airlock recover --show`
+It answers from the same code as `airlock status` (airlock.status.collect), `airlock recover --show`
 (the recovery database, read-only) and `airlock check --nodes/--partition/--feature`
 (airlock.ondemand, run as that very command), never from a copy of it.
 

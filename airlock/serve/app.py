@@ -24,17 +24,19 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from starlette.exceptions import HTTPException
 
-from airlock import __version__, ondemand, results, status
+from airlock import __version__, ondemand
 from airlock.checks import registry
 from airlock.errors import AirlockError, NodeNotFound, NotFound, SlurmError
 from airlock.paths import valid_node_name
+from airlock.records import results
 from airlock.serve import ledger as ledger_routes
 from airlock.serve import schema
 from airlock.serve.checks import CheckRunner, Conflict, RateLimited
 from airlock.serve.fleet import fleet_view
 from airlock.serve.security import MAX_ACTIVE, Guard, Tokens, allowed_hosts
 from airlock.serve.source import Snapshot, Source, Unavailable, encode
-from airlock.slurm import Slurm
+from airlock.slurm.client import Slurm
+from airlock.status import collect as status
 
 API = "/api/v1"
 ASSETS = {"console.js": "text/javascript; charset=utf-8",
@@ -426,7 +428,7 @@ def validation_message(exc: RequestValidationError) -> str:
 def _metrics(cfg, doc: dict[str, Any]) -> bytes:
     from prometheus_client import generate_latest
 
-    from airlock import metrics
+    from airlock.status import metrics
 
     return generate_latest(metrics.controller_registry(doc, status.recovery_metrics(cfg)))
 

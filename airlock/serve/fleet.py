@@ -2,7 +2,8 @@
 against the profile's floor and the fleet's median, so that a straggler is seen.
 
 The figures are each node's newest recorded burn-in and all-reduce (from the results store, the
-controller's view: airlock.results.read_many), whatever their verdict: a node that failed below
+controller's view: airlock.records.results.read_many), whatever their verdict: a node that failed
+below
 the fleet is exactly the one to see. The burn-in reference is the fleet comparison's own
 (airlock.checks.fleet: the latest passing burn-in of each node with that profile, read from the
 shared directory without following links, outliers dropped by the median absolute deviation,
@@ -18,10 +19,10 @@ import statistics
 import time
 from typing import Any
 
-from airlock import profiles as profiles_mod
 from airlock.checks.fleet import fleet_reference, read_fleet
 from airlock.errors import AirlockError
-from airlock.results import read_many
+from airlock.hw import profiles as profiles_mod
+from airlock.records.results import read_many
 
 HISTORY = 10  # runs per node searched for the newest burn-in / all-reduce
 

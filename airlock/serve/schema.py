@@ -79,7 +79,8 @@ SCHEMAS: dict[str, Any] = {
             "attempts": {"type": "integer"}, "remediation": STR},
     },
     "Run": {
-        "description": "one recorded run, as the node wrote it (airlock/results.py, schema 1)",
+        "description": "one recorded run, as the node wrote it (airlock/records/results.py, "
+                       "schema 1)",
         "type": "object",
         "required": ["node", "run_id", "level", "trigger", "verdict", "checks"],
         "properties": {

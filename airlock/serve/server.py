@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import sys
 
+from airlock.config.sections.serve import parse_listen
 from airlock.errors import ConfigError
 from airlock.serve.app import build
 from airlock.serve.security import Tokens, check_listen
-from airlock.settings.serve import parse_listen
 
 
 def prepare(cfg, listen: str | None = None):

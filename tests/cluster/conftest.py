@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-from airlock import config as config_mod
+from airlock.config import loader as config_mod
 from airlock.dev.cluster import DevCluster
 
 HERE = Path(__file__).parent

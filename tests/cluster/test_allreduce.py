@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from airlock import config
-from airlock.settings.checks import AllreduceSection
+from airlock.config import loader as config
+from airlock.config.sections.checks import AllreduceSection
 
 CPU = AllreduceSection(cpu_sizes_kib=[64, 1024], cpu_iters=5, cpu_warmup=1, timeout=30)
 
@@ -19,7 +19,7 @@ CPU = AllreduceSection(cpu_sizes_kib=[64, 1024], cpu_iters=5, cpu_warmup=1, time
 def test_registration_drains_torch_faults_naming_the_check(cluster_factory):
     """A memtest fault and an all-reduce fault, one per node, each drain their node at
     registration with the check that caught them in the reason."""
-    from airlock.nodestate import NodeState
+    from airlock.records.proof import NodeState
 
     c = cluster_factory(start=False, nodes=["node1", "node2"])
     c.write_files()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import time
 
-from airlock.nvml import healthy_gpu_dict
+from airlock.hw.nvml import healthy_gpu_dict
 
 FAULTS = {
     # node: (change on gpu3, the reason Slurm must show)

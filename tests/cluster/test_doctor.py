@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from airlock import doctor, render
+from airlock.admin import doctor, render
 from airlock.dev.cluster import DevCluster
 from tests.cluster.conftest import running_cluster
 

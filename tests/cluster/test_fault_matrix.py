@@ -30,13 +30,14 @@ import tomllib
 
 import pytest
 
-from airlock import boot as boot_mod
-from airlock import config, drains
+from airlock.config import loader as config
 from airlock.hooks import gate
 from airlock.hooks.common import Hook
 from airlock.hooks.healthcheck import SETTLE_S
-from airlock.nodestate import RUNNING, NodeState, Proof
+from airlock.hw import boot as boot_mod
+from airlock.records.proof import RUNNING, NodeState, Proof
 from airlock.registration import Suite
+from airlock.slurm import drains
 from tests.cluster.conftest import DEFAULT_VARIANTS, RELEASES
 
 # The clusters of this file run their hooks and suites from a wheel installed in a clean venv

@@ -11,10 +11,10 @@ import time
 
 import pytest
 
-from airlock import config as config_mod
 from airlock import protocol
-from airlock.nodestate import NodeState
+from airlock.config import loader as config_mod
 from airlock.paths import read_json
+from airlock.records.proof import NodeState
 
 # Registration runs only the quick level here: these tests are about what comes after.
 FAST = {

@@ -9,10 +9,10 @@ import time
 
 import pytest
 
-from airlock import boot
-from airlock import config as config_mod
+from airlock.config import loader as config_mod
 from airlock.dev.cluster import healthy_gpus
-from airlock.nodestate import NodeState
+from airlock.hw import boot
+from airlock.records.proof import NodeState
 
 
 def wait_done(cluster, name, timeout=120):

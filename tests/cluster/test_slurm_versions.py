@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from airlock import reasons, status
 from airlock.dev.cluster import host_uptime
+from airlock.slurm import reasons
+from airlock.status import collect as status
 from tests.cluster.conftest import running_cluster
 
 ALL = ("22.05", "24.11", "24.11-dbd", "26.05")

@@ -15,9 +15,10 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from airlock import config as config_mod
-from airlock import results, status
+from airlock.config import loader as config_mod
 from airlock.dev.cluster import DevCluster, healthy_gpus
+from airlock.records import results
+from airlock.status import collect as status
 from tests.cluster.conftest import running_cluster
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"

@@ -3,8 +3,8 @@
 Every unit test runs with (autouse `host_guard`):
 
 * $AIRLOCK_RUNTIME_DIR in its own temporary directory, so the config essentials a hook
-  remembers (airlock.config.remember) land there, not in the host's /run/airlock;
-* a tripwire first on $PATH and as airlock.slurm's whole search list: scontrol, sinfo, srun,
+  remembers (airlock.config.loader.remember) land there, not in the host's /run/airlock;
+* a tripwire first on $PATH and as airlock.slurm.client's whole search list: scontrol, sinfo, srun,
   sbatch, ... that log the call and fail. A test that needs Slurm uses a fake one
   (tests/unit/fakeslurm.py) through `[slurm] bin_dir`; anything that reaches for the host's
   Slurm finds the tripwire instead, and the test fails naming the call;
@@ -12,7 +12,7 @@ Every unit test runs with (autouse `host_guard`):
   has no controller to talk to.
 
 A process a test starts with an environment of its own (a hook as slurmd runs it: no PATH)
-inherits none of that, and airlock.slurm then finds the host's /usr/bin/scontrol. So such a
+inherits none of that, and airlock.slurm.client then finds the host's /usr/bin/scontrol. So such a
 process is refused at its start unless its environment carries the runtime directory and
 either the tripwire on its PATH or a config whose `[slurm] bin_dir` is set (a fake Slurm:
 tests/unit/fakenode.py starts the hooks that way).
@@ -32,8 +32,8 @@ from pathlib import Path
 
 import pytest
 
-from airlock import config as config_mod
-from airlock import slurm as slurm_mod
+from airlock.config import loader as config_mod
+from airlock.slurm import client as slurm_mod
 from tests.unit import fakeslurm
 from tests.unit.fakenode import FakeNode
 
@@ -41,7 +41,7 @@ HOST_RUNTIME = Path("/run/airlock")
 
 
 def _mangled(path: Path) -> str:
-    """How airlock.config._memory names the runtime file of a config under path."""
+    """How airlock.config.loader._memory names the runtime file of a config under path."""
     return "config-" + re.sub(r"[^A-Za-z0-9._-]", "_", str(path).strip("/"))
 
 

@@ -18,11 +18,11 @@ import sys
 import time
 from pathlib import Path
 
-from airlock import boot as boot_mod
-from airlock import config as config_mod
-from airlock import nodestate
+from airlock.config import loader as config_mod
 from airlock.dev.cluster import healthy_gpus
 from airlock.dev.proof import prove_boot
+from airlock.hw import boot as boot_mod
+from airlock.records import proof as nodestate
 from tests.unit.fakeslurm import FakeSlurm
 
 HOOKS = ("healthcheck", "prolog", "epilog")

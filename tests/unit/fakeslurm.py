@@ -382,7 +382,7 @@ def is_fake(program: str) -> bool:
 
 def tripwire(folder: str | os.PathLike, log: str | os.PathLike) -> Path:
     """Slurm's commands in folder, each of which logs its call to log and fails loudly: put
-    first on PATH (and in airlock.slurm's search list) so that a unit test that reaches for
+    first on PATH (and in airlock.slurm.client's search list) so that a unit test that reaches for
     Slurm without a fake is caught instead of reaching the host's controller."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)

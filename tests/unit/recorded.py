@@ -2,7 +2,7 @@
 
 A fake 22.05 controller (tests/unit/fakeslurm.py, which `[slurm] bin_dir` points at), a shared
 results directory holding run documents as the nodes' finish pipeline stores them
-(airlock.results), and an airlock.toml that points at both. For the console's unit tests
+(airlock.records.results), and an airlock.toml that points at both. For the console's unit tests
 (tests/unit/test_serve.py) and bench/bench_serve.py (10,000 nodes of recorded status);
 tests/cluster/test_serve.py runs the service against real Slurm daemons.
 """

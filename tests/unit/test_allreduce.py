@@ -13,13 +13,15 @@ import uuid
 
 import pytest
 
-from airlock import config, dist, faults
+from airlock import collective as dist
 from airlock.checks import allreduce, registry
 from airlock.checks.allreduce import verdict_allreduce
 from airlock.checks.context import Context
-from airlock.dist import params_for
+from airlock.collective import params_for
+from airlock.config import loader as config
+from airlock.config.sections.checks import AllreduceSection
 from airlock.errors import ConfigError
-from airlock.settings.checks import AllreduceSection
+from airlock.hw import faults
 
 CPU = AllreduceSection(cpu_sizes_kib=[64, 1024], cpu_iters=5, cpu_warmup=1, timeout=30)
 
@@ -51,7 +53,7 @@ def test_tiled_repeats_the_period():
 def test_worker_argv_and_parse_report():
     argv = dist.worker_argv("10.0.0.1", 29500, 16, 8, 8, node="gpu2", sizes=[1 << 20, 1 << 30],
                             iters=5, faults="", python="python3")
-    assert argv == ["python3", "-m", "airlock.dist", "worker", "--master-addr", "10.0.0.1",
+    assert argv == ["python3", "-m", "airlock.collective", "worker", "--master-addr", "10.0.0.1",
                     "--master-port", "29500", "--world-size", "16", "--rank-offset", "8",
                     "--local-ranks", "8", "--level", "standard", "--node", "gpu2",
                     "--sizes", "1048576,1073741824", "--iters", "5", "--faults", ""]

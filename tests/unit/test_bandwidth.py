@@ -10,10 +10,11 @@ import json
 
 import pytest
 
-from airlock import config, faults, nvml
 from airlock.checks import p2p, pcie_bw
 from airlock.checks.base import Verdict
 from airlock.checks.context import Context
+from airlock.config import loader as config
+from airlock.hw import faults, nvml
 
 B = pcie_bw.DeviceBw
 H100_FLOORS = {"h2d": 48.0, "d2h": 48.0}

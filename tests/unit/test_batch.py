@@ -1,4 +1,5 @@
-"""Registration batches (airlock/batch.py) with real Batch objects coordinating through a real
+"""Registration batches (airlock/groups/batch.py) with real Batch objects coordinating through a
+real
 shared directory, one thread per node; the all-reduce itself is a stand-in (a function that
 answers each round), except in the suite test, which runs the real registration suite against
 a fake Slurm (tests/unit/fakeslurm.py) and a real all-reduce launcher.
@@ -20,10 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from airlock import boot, config, nodestate
-from airlock.batch import Batch
 from airlock.checks import groupcheck
+from airlock.config import loader as config
 from airlock.dev.cluster import healthy_gpus
+from airlock.groups.batch import Batch
+from airlock.hw import boot
+from airlock.records import proof as nodestate
 from tests.unit.fakeslurm import FakeSlurm
 
 TIMEOUT_AS_A_WHOLE = {"ok": False, "inconclusive": True,
@@ -95,7 +98,7 @@ def test_a_round_that_times_out_as_a_whole_blames_nobody_and_is_retried_smaller(
 
 
 def report(node, offset, progress, world=4, timed_out=True, **kw):
-    """A launcher's report (airlock.dist.launch) for one rank at offset."""
+    """A launcher's report (airlock.collective.launch) for one rank at offset."""
     return {"node": node, "rank_offset": offset, "local_ranks": 1, "world_size": world,
             "backend": "gloo", "timeout": 2.0, "ranks": [], "errors": {}, "timed_out": timed_out,
             "progress": progress, "leftover": [], **kw}

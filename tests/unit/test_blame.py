@@ -11,12 +11,12 @@ import sys
 
 import pytest
 
-from airlock import config
 from airlock.checks import registry
 from airlock.checks.base import Verdict, failed, passed
+from airlock.config import loader as config
 from airlock.errors import ConfigError, NodeNotFound, SlurmError
 from airlock.runner import run_isolated, run_level
-from airlock.slurm import Slurm
+from airlock.slurm.client import Slurm
 
 _COUNT = itertools.count()
 
@@ -122,7 +122,7 @@ def _member_without_secret(tmp_path, secret_file: str) -> dict:
     it."""
     import subprocess
 
-    from airlock import dist
+    from airlock import collective as dist
     from airlock.checks import groupcheck
 
     argv = dist.worker_argv("127.0.0.1", 1, 2, 1, 1, node="bbb", secret_file=secret_file,
@@ -150,7 +150,7 @@ def test_a_secret_that_cannot_be_read_is_typed_where_it_is_read(tmp_path, monkey
     import errno
     import os
 
-    from airlock.dist import rendezvous
+    from airlock.collective import rendezvous
     from airlock.errors import Unmeasured
 
     code = getattr(errno, errno_)

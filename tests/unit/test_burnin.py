@@ -8,12 +8,13 @@ import json
 
 import pytest
 
-from airlock import config, faults
 from airlock.checks import burnin, fleet
 from airlock.checks.burnin import DeviceRun, verdict_burnin
 from airlock.checks.context import Context
+from airlock.config import loader as config
 from airlock.errors import ConfigError
-from airlock.results import ResultStore
+from airlock.hw import faults
+from airlock.records.results import ResultStore
 
 
 def run(dev: str, dtype: str = "fp32", tflops: float = 1.0, **kw) -> DeviceRun:

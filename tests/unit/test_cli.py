@@ -32,7 +32,7 @@ def test_check_without_a_config_file_uses_the_defaults(tmp_path):
     """The first command a new user types: no /etc/airlock/airlock.toml is not an error. The
     defaults put its results in /var/lib/airlock: it runs in a mount namespace of its own over
     an empty /var/lib, so that they land there, never in the host's."""
-    from airlock import config
+    from airlock.config import loader as config
 
     if os.path.exists(config.DEFAULT_PATH):
         pytest.fail(f"this test needs no {config.DEFAULT_PATH} on the machine")

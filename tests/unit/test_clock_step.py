@@ -13,8 +13,8 @@ import shutil
 
 import pytest
 
-from airlock import boot as boot_mod
 from airlock.dev.cluster import healthy_gpus
+from airlock.hw import boot as boot_mod
 
 FAKETIME = shutil.which("faketime")
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from airlock import config
+from airlock.config import loader as config
 from airlock.errors import ConfigError
 
 
@@ -117,7 +117,7 @@ def test_a_torn_read_never_switches_the_gate_off(tmp_path):
     the bytes written so far. Cut anywhere before the end of `enabled = false`, the gate stays
     on: the cut value does not parse (and salvage does not read it), and every key not yet
     written has its default, which keeps the gate on."""
-    from airlock import render
+    from airlock.admin import render
 
     text = render.example_config()
     on = "[registration]\n# quarantine new and rebooted nodes at slurmd start until their " \

@@ -10,9 +10,10 @@ import json
 
 import pytest
 
-from airlock import config, reasons
+from airlock.config import loader as config
 from airlock.errors import ConfigError
 from airlock.recovery.machine import Obs
+from airlock.slurm import reasons
 
 # One typo per section, each in a section some process reads only when it needs it.
 TYPOS = [

@@ -5,7 +5,7 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airlock.culprit import find_culprits
+from airlock.groups.culprit import find_culprits
 
 
 def oracle(bad):
@@ -115,7 +115,8 @@ def test_no_verdict_never_adds_blame(n, data):
 
 # --- rounds: a bounded number, whatever the group's size --------------------------------------
 def rounds_bound(n: int, confirm: int = 1) -> int:
-    """The claim in airlock/culprit.py: the whole, the halvings down to pairs, the pairing with
+    """The claim in airlock/groups/culprit.py: the whole, the halvings down to pairs, the pairing
+    with
     a reference and its confirmation."""
     return 1 + math.ceil(math.log2(n)) + confirm
 

@@ -12,10 +12,10 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from airlock import config
 from airlock.checks import dcgm
 from airlock.checks.base import Verdict
 from airlock.checks.context import Context
+from airlock.config import loader as config
 from airlock.errors import ConfigError
 from airlock.runner import run_level
 

@@ -13,11 +13,12 @@ import json
 
 import pytest
 
-from airlock import config, faults, nvml
 from airlock.checks import allreduce as allreduce_check
 from airlock.checks import burnin, devices, memtest
 from airlock.checks.context import Context
 from airlock.checks.devices import CudaDevice, CudaView, match, verdict_cuda
+from airlock.config import loader as config
+from airlock.hw import faults, nvml
 
 
 def gpus(n: int = 8) -> list[nvml.Gpu]:

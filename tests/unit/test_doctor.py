@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from airlock import doctor
+from airlock.admin import doctor
 from tests.unit.fakeslurm import FakeSlurm
 
 

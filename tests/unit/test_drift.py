@@ -11,11 +11,12 @@ import os
 
 import pytest
 
-from airlock import config, finish
+from airlock import finish
 from airlock.checks import drift
 from airlock.checks.base import Verdict
+from airlock.config import loader as config
 from airlock.errors import ConfigError
-from airlock.nvml import healthy_gpu_dict
+from airlock.hw.nvml import healthy_gpu_dict
 from airlock.runner import run_level
 from tests.unit.fakeslurm import FakeSlurm
 

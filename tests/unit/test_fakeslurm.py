@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from airlock import drains, reasons
 from airlock.errors import NodeNotFound, SlurmError
-from airlock.slurm import Slurm, parse_show_node
+from airlock.slurm import drains, reasons
+from airlock.slurm.client import Slurm, parse_show_node
 from tests.unit.fakeslurm import RECORDED, FakeSlurm
 
 

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 
-from airlock import config, finish, results
+from airlock import finish
 from airlock.checks import flaps
 from airlock.checks.base import Verdict
 from airlock.checks.context import Context
+from airlock.config import loader as config
+from airlock.records import results
 
 P = flaps.PortSample
 H = 3600.0

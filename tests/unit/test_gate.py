@@ -11,10 +11,14 @@ import time
 
 import pytest
 
-from airlock import boot, config, drains, nodestate, reasons, status
+from airlock.config import loader as config
 from airlock.errors import ConfigError, OwnError, where
 from airlock.hooks import common
-from airlock.slurm import Node
+from airlock.hw import boot
+from airlock.records import proof as nodestate
+from airlock.slurm import drains, reasons
+from airlock.slurm.client import Node
+from airlock.status import collect as status
 
 NOW = boot.Boot("n1", "id-1", 500.0)
 

@@ -40,7 +40,7 @@ def test_gpu_proof_cpu_mode_runs_every_step_and_catches_every_fault(tmp_path):
     assert check["checks"]["burnin"]["figures"]["devices_kind"] == "stand-in"
     assert check["checks"]["allreduce"]["verdict"] == "skip"
 
-    # the faults, caught where the switches put them (airlock/faults.py)
+    # the faults, caught where the switches put them (airlock/hw/faults.py)
     assert summary["gemm_corrupt_caught"] and summary["gemm_corrupt_at"] == [1, 1]
     assert steps["faults"]["checks"]["burnin"]["detail"].startswith("cpu0 fp32 checksum off")
     assert summary["gemm_corrupt_caught_by_dtype"] == {"bf16": True, "fp16": True, "fp32": True}

@@ -61,8 +61,8 @@ def test_a_pid_without_its_start_time_is_never_trusted_or_killed():
     """Issue 17: with pid_start None (a suite that exited before the hook read its start time;
     an adopted record), alive() took any process with that PID for the suite, and the watch
     SIGKILLed its whole process group: an unrelated process that reused the PID."""
-    from airlock import boot
     from airlock.hooks import gate
+    from airlock.hw import boot
 
     stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
                                 start_new_session=True)

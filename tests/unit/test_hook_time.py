@@ -4,7 +4,7 @@ slurmd kills its HealthCheckProgram after HealthCheckTimeout (26.05; 60 s before
 unset), and registers the node only once the program ended. A boot-time hook killed while
 scontrol waited for an absent controller left neither a drain nor a record (measured on 26.05
 with HealthCheckTimeout=4; tests/cluster/test_fault_matrix.py runs that scenario on the real
-daemons of every release). So: the hook reads its time from slurm.conf (airlock.slurmconf),
+daemons of every release). So: the hook reads its time from slurm.conf (airlock.slurm.conf),
 records the boot's suite first, cuts each Slurm call to the time left, retries a drain only
 while slurmctld does not answer and time lasts, starts the suite, and leaves the rest to it."""
 
@@ -14,11 +14,12 @@ import time
 
 import pytest
 
-from airlock import config, slurmconf
+from airlock.config import loader as config
 from airlock.errors import SlurmError
 from airlock.hooks import gate
 from airlock.hooks.common import Hook
-from airlock.slurm import Slurm
+from airlock.slurm import conf as slurmconf
+from airlock.slurm.client import Slurm
 from tests.unit.fakeslurm import FakeSlurm
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from airlock.config.sections.ledger import LedgerSection
 from airlock.errors import AirlockError
 from airlock.ledger import caught, cost, report, value, window
 from airlock.ledger.history import Action, History, NodeView, Release
-from airlock.settings.ledger import LedgerSection
 
 H = 3600.0
 T0 = 1_700_000_000.0
@@ -190,7 +190,7 @@ def test_since_units():
     ({"failure_rates": {"gpu": -1.0}}, "failure_rates.gpu"),
 ])
 def test_a_model_input_out_of_range_is_one_config_line(raw, words):
-    from airlock import config
+    from airlock.config import loader as config
 
     with pytest.raises(config.ConfigError) as exc:
         config.from_dict({"ledger": raw})

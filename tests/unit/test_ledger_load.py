@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from airlock import config
+from airlock.config import loader as config
 from airlock.ledger import load
 from airlock.ledger.history import History
+from airlock.records.results import KEEP, ResultStore
 from airlock.recovery.store import RecoveryStore
-from airlock.results import KEEP, ResultStore
-from airlock.slurm import Slurm
+from airlock.slurm.client import Slurm
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 T0 = 1_800_000_000.0

@@ -8,11 +8,11 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
 from fastapi.testclient import TestClient
 
-from airlock import config
+from airlock.config import loader as config
+from airlock.config.sections.ledger import LedgerSection
 from airlock.ledger import load, report
 from airlock.ledger.history import Action, History, NodeView
 from airlock.serve.ledger import LedgerCache, install
-from airlock.settings.ledger import LedgerSection
 
 T0 = 1_800_000_000.0
 

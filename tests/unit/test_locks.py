@@ -21,10 +21,10 @@ import sys
 
 import pytest
 
-from airlock import boot as boot_mod
-from airlock import nodestate
 from airlock.dev.cluster import healthy_gpus
 from airlock.hooks import gate
+from airlock.hw import boot as boot_mod
+from airlock.records import proof as nodestate
 from tests.unit.fakenode import FakeNode, cmdline, wait_for
 
 # The suite stays in its first check, so that the test sees it run (and ends it).

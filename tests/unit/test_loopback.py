@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from airlock import config
 from airlock.checks import loopback
 from airlock.checks.base import Verdict
 from airlock.checks.context import Context
+from airlock.config import loader as config
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "loopback"
 FAKE = DATA / "fake-rdma-tool"

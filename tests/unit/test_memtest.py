@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from airlock import config, faults
 from airlock.checks import memtest
 from airlock.checks.context import Context
 from airlock.checks.memtest import MIB, BadWord, DeviceMem, verdict_memtest
+from airlock.config import loader as config
+from airlock.config.sections.checks import MemtestSection
 from airlock.errors import ConfigError
-from airlock.settings.checks import MemtestSection
+from airlock.hw import faults
 
 
 def test_verdict_pass_sums_tested_memory():

@@ -11,11 +11,14 @@ import sys
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from airlock import config as config_mod
-from airlock import finish, metrics, results, status
+from airlock import finish
+from airlock.config import loader as config_mod
 from airlock.dev.cluster import healthy_gpus
 from airlock.dev.proof import prove_boot
-from airlock.slurm import Node
+from airlock.records import results
+from airlock.slurm.client import Node
+from airlock.status import collect as status
+from airlock.status import metrics
 
 
 def _samples(text: str) -> dict[tuple[str, tuple], float]:

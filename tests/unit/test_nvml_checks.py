@@ -8,12 +8,12 @@ import time
 
 import pytest
 
-from airlock import config
 from airlock.checks import inventory
 from airlock.checks import nvml_checks as nc
 from airlock.checks.base import Verdict
+from airlock.config import loader as config
 from airlock.finish import summarize
-from airlock.nvml import Gpu, NvmlError, NvmlTimeout, Snapshot, gpu_from_dict, healthy_gpu_dict
+from airlock.hw.nvml import Gpu, NvmlError, NvmlTimeout, Snapshot, gpu_from_dict, healthy_gpu_dict
 from airlock.runner import run_level
 from tests.unit.fakeslurm import FakeSlurm
 
@@ -284,8 +284,8 @@ def test_hung_nvml_fails_as_nvml_timeout_and_nothing_waits_again(tmp_path):
     run = quick(cfg)
     assert run["failed_check"] == "nvml"
     assert run["detail"].startswith("timeout")
-    from airlock import reasons
     from airlock.finish import failure_reason
+    from airlock.slurm import reasons
 
     assert failure_reason(run).format().startswith(f"{reasons.PREFIX} FAIL nvml timeout")
     nvml_checks = [r for r in run["checks"]
@@ -334,7 +334,8 @@ def test_quick_level_never_imports_torch(tmp_path):
         f'state_dir = "{tmp_path}/state"\nlog_dir = "{tmp_path}/log"\n'
         f'[nvml]\nsimulate = "{tmp_path}/gpus.json"\n[xid]\nkernel_log = ""\n'
         '[profile]\ngres = false\n')
-    code = ("import sys; from airlock import config; from airlock.runner import run_level; "
+    code = ("import sys; from airlock.config import loader as config; "
+            "from airlock.runner import run_level; "
             f"records, _ = run_level(config.load({str(cfg_file)!r}), 'n1', 'quick'); "
             "assert all(r['verdict'] != 'fail' for r in records), records; "
             "print('torch' in sys.modules)")
@@ -350,7 +351,7 @@ def test_pynvml_backend_uses_only_names_the_installed_pynvml_has():
 
     import pynvml
 
-    from airlock import nvml
+    from airlock.hw import nvml
 
     src = inspect.getsource(nvml)
     used = set(re.findall(r"\bnv\.(\w+)", src)) | set(re.findall(r"\bpynvml\.(\w+)", src))
@@ -360,13 +361,13 @@ def test_pynvml_backend_uses_only_names_the_installed_pynvml_has():
     missing = sorted(n for n in used if not hasattr(pynvml, n))
     assert not missing, missing
     # every bit the backend names maps to a throttle name the profiles may use
-    from airlock import profiles
+    from airlock.hw import profiles
 
     assert set(nvml._THROTTLE_BITS.values()) == set(profiles.THROTTLE_NAMES)
 
 
 def test_pynvml_without_a_driver_is_no_nvml_and_says_why():
-    from airlock import nvml
+    from airlock.hw import nvml
 
     assert nvml.real_nvml_available() is False  # no libnvidia-ml here
     snap = nvml.PynvmlBackend().snapshot()  # real pynvml, real failing nvmlInit
@@ -402,7 +403,7 @@ def h100_bus(n: int = 8) -> dict[str, tuple[int, int]]:
 
 
 def test_pci_scan_finds_nvidia_gpus_only(tmp_path):
-    from airlock import nvml
+    from airlock.hw import nvml
 
     bus = {"0000:3b:00.0": (0x10DE, 0x030200), "0000:3c:00.0": (0x10DE, 0x030000),
            "0000:3d:00.0": (0x10DE, 0x068000), "0000:3e:00.1": (0x10DE, 0x040300),

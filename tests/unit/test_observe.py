@@ -10,12 +10,15 @@ import json
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from airlock import config, finish, results, status
+from airlock import finish
+from airlock.config import loader as config
 from airlock.dev.cluster import healthy_gpus
 from airlock.errors import ConfigError
-from airlock.profiles import PROFILE_DIR
+from airlock.hw.profiles import PROFILE_DIR
+from airlock.records import results
 from airlock.runner import run_level
-from airlock.slurm import Node
+from airlock.slurm.client import Node
+from airlock.status import collect as status
 
 
 def ecc_node(fake_node, tmp_path, extra: str = ""):

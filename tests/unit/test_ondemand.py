@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from airlock import config
+from airlock.config import loader as config
 from airlock.errors import ConfigError
 from airlock.ondemand import GroupReport, GroupTarget, _srun_error
 
@@ -97,7 +97,7 @@ def test_only_a_node_s_own_failure_drains_a_run_that_saw_less_is_inconclusive(tm
 
     from airlock import finish, protocol
     from airlock.ondemand import GroupTarget, _apply, _local_level
-    from airlock.slurm import Slurm
+    from airlock.slurm.client import Slurm
     from tests.unit.fakeslurm import FakeSlurm
 
     def run(node, verdict, check=None):

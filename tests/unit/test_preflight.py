@@ -13,14 +13,14 @@ import time
 
 import pytest
 
-from airlock import config as config_mod
-from airlock import results
+from airlock.config import loader as config_mod
 from airlock.paths import valid_batch_id
 from airlock.preflight import judge as judge_mod
 from airlock.preflight import record
 from airlock.preflight.meet import Meeting, Missed, members_problem
 from airlock.preflight.plan import PlanError, make_plan
 from airlock.preflight.policy import Job, count_nodes, qualifies
+from airlock.records import results
 
 
 def section(**kw):
@@ -190,7 +190,8 @@ def test_a_members_document_is_taken_only_for_this_meeting():
 PREFLIGHT = "[preflight]\nenabled = true\nrendezvous_timeout = 1.0\nround_timeout = 5.0\n"
 PROBE = ("import sys, json; from airlock.hooks import prolog; rc = prolog.main(); "
          "print(json.dumps([rc, sorted(m for m in sys.modules if m in ('torch', 'click', "
-         "'hostlist', 'airlock.slurm', 'airlock.batch', 'airlock.preflight.meet'))]))")
+         "'hostlist', 'airlock.slurm.client', 'airlock.groups.batch', "
+         "'airlock.preflight.meet'))]))")
 
 
 def _prolog(node, **env):

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from airlock import config, profiles
+from airlock.config import loader as config
+from airlock.config.sections.checks import ProfileSection
 from airlock.errors import ConfigError
-from airlock.settings.checks import ProfileSection
-from airlock.slurm import Node
+from airlock.hw import profiles
+from airlock.slurm.client import Node
 
 SHIPPED = {"h100-sxm-8x", "h200-8x", "a100-80gb-8x", "b200-8x", "l40s", "cpu"}
 
@@ -141,7 +142,7 @@ def test_shipped_files_are_named_after_their_profiles():
     """named() reads only <name>.toml, so a shipped file must carry the profile of its name."""
     import os
 
-    from airlock.profiles import PROFILE_DIR
+    from airlock.hw.profiles import PROFILE_DIR
 
     for fname in os.listdir(PROFILE_DIR):
         if fname.endswith(".toml") and fname not in profiles.NOT_PROFILES:
@@ -154,7 +155,7 @@ def test_a_named_profile_loads_only_its_own_file():
     import subprocess
     import sys
 
-    code = ("from airlock import profiles; profiles.named('h200-8x'); profiles.detect([], 0); "
+    code = ("from airlock.hw import profiles; profiles.named('h200-8x'); profiles.detect([], 0); "
             "print(sorted(p.rsplit('/', 1)[1] for p in profiles._FILES)); "
             "profiles.detect(['NVIDIA H200'], 8); print(len(profiles._FILES))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from airlock import config as config_mod
+from airlock.config import loader as config_mod
 from airlock.hooks import epilog
 
 # --- pure verdicts ----------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from airlock import reasons
+from airlock.slurm import reasons
 
 words = st.from_regex(r"[A-Za-z0-9_.:-]{1,20}", fullmatch=True)
 details = st.text(min_size=0, max_size=300)

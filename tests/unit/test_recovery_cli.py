@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from airlock.render import systemd_unit
+from airlock.admin.render import systemd_unit
 
 
 def test_systemd_unit_template_variables():

@@ -12,7 +12,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from airlock import config
+from airlock.config import loader as config
 from airlock.errors import ConfigError
 from airlock.recovery import machine as m
 from airlock.recovery import policy as pol

@@ -10,16 +10,19 @@ import io
 
 import pytest
 
-from airlock import config, finish, reasons, status
+from airlock import finish
+from airlock.config import loader as config
 from airlock.errors import ConfigError
+from airlock.records.results import NodeResults
 from airlock.recovery import machine as m
 from airlock.recovery import policy as pol
 from airlock.recovery.journal import Journal
 from airlock.recovery.providers import Provider
 from airlock.recovery.service import Service, hardware_of
 from airlock.recovery.store import RecoveryStore
-from airlock.results import NodeResults
-from airlock.slurm import Node
+from airlock.slurm import reasons
+from airlock.slurm.client import Node
+from airlock.status import collect as status
 
 POLICY = pol.load()
 DAY = 86400.0

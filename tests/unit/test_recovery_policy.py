@@ -7,8 +7,9 @@ import io
 
 import pytest
 
-from airlock import config, finish
+from airlock import finish
 from airlock.checks.registry import CHECKS
+from airlock.config import loader as config
 from airlock.errors import ConfigError
 from airlock.recovery import machine as m
 from airlock.recovery import policy as pol

@@ -6,14 +6,14 @@ from __future__ import annotations
 import io
 import json
 
-from airlock import config
+from airlock.config import loader as config
 from airlock.recovery import machine as m
 from airlock.recovery.journal import Journal
 from airlock.recovery.providers import Provider
 from airlock.recovery.providers.factory import make
 from airlock.recovery.service import Service
 from airlock.recovery.store import RecoveryStore
-from airlock.slurm import Node
+from airlock.slurm.client import Node
 
 FAIL = "airlock: FAIL gpu_count 7 GPUs, profile h100 expects 8"
 

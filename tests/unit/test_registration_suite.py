@@ -12,10 +12,11 @@ import time
 
 import pytest
 
-from airlock import boot as boot_mod
-from airlock import config as config_mod
-from airlock import nodestate, registration
+from airlock import registration
+from airlock.config import loader as config_mod
 from airlock.hooks import gate
+from airlock.hw import boot as boot_mod
+from airlock.records import proof as nodestate
 from tests.unit.fakenode import FakeNode, wait_for
 from tests.unit.fakeslurm import node_of
 

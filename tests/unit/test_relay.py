@@ -1,7 +1,7 @@
-"""The rendezvous relay (airlock/dist/rendezvous.py) under load: a group bigger than its
+"""The rendezvous relay (airlock/collective/rendezvous.py) under load: a group bigger than its
 handshake slots, and a flood of idle unauthenticated sockets (issue 17, "Relay slots").
 
-How the group maps: a member is one node's launcher (`python -m airlock.dist worker`) with its
+How the group maps: a member is one node's launcher (`python -m airlock.collective worker`) with its
 relay and 8 ranks, one per GPU of an 8-GPU node; here the ranks run gloo on the CPU with 4 KiB
 tensors, and the 16 members are forked from one parent that imported torch once
 (airlock.dev.group). Every rank holds one store connection through its member's relay and the
@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 
-from airlock.dist import rendezvous
+from airlock.collective import rendezvous
 
 
 def test_a_group_of_16_members_of_8_ranks_meets_through_the_relay():

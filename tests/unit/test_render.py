@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from airlock import render, slurm
-from airlock.config import DEFAULT_PATH
+from airlock.admin import render
+from airlock.config.loader import DEFAULT_PATH
 from airlock.errors import AirlockError
+from airlock.slurm import client as slurm
 from tests.unit.fakeslurm import FakeSlurm
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -150,7 +151,7 @@ def test_cli_writes_file_atomically_and_reports_errors(tmp_path):
 
 
 def test_example_config_is_valid(tmp_path):
-    from airlock import config as config_mod
+    from airlock.config import loader as config_mod
 
     path = tmp_path / "airlock.toml"
     path.write_text(render.example_config())
@@ -241,8 +242,8 @@ def test_systemd_cli_writes_the_unit(tmp_path):
 def test_systemd_unit_refuses_paths_systemd_would_misread():
     import pytest as _pytest
 
+    from airlock.admin.render import systemd_unit
     from airlock.errors import AirlockError
-    from airlock.render import systemd_unit
 
     for kwargs, needle in (
         ({"config": "/etc/air lock/airlock.toml"}, "without spaces"),

@@ -13,9 +13,10 @@ import time
 
 import pytest
 
-from airlock import config, finish
+from airlock import finish
 from airlock.checks import registry
 from airlock.checks.base import Verdict, passed
+from airlock.config import loader as config
 from airlock.runner import run_level
 from tests.unit.fakenode import wait_for
 

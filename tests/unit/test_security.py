@@ -20,10 +20,13 @@ from pathlib import Path
 
 import pytest
 
-from airlock import config, paths, render, results
-from airlock.batch import Batch
+from airlock import paths
+from airlock.admin import render
 from airlock.checks import burnin, fleet, system
+from airlock.config import loader as config
 from airlock.errors import AirlockError, ConfigError
+from airlock.groups.batch import Batch
+from airlock.records import results
 from airlock.recovery.providers.http import HttpProvider
 from airlock.recovery.settings import HttpSettings
 from tests.unit.fakeslurm import FakeSlurm
@@ -267,7 +270,7 @@ def test_precreated_probe_names_do_not_fail_the_mounts_check(tmp_path):
 def test_metrics_textfile_temporary_name_cannot_be_planted(tmp_path):
     """main: prometheus_client's write_to_textfile opened <file>.<pid>.<thread> (following a
     link planted there) before renaming it into place."""
-    from airlock import metrics
+    from airlock.status import metrics
 
     victim = tmp_path / "victim"
     victim.write_text("precious\n")
@@ -311,7 +314,7 @@ def test_an_atomic_write_cannot_be_stopped_or_redirected_by_a_guessable_name(tmp
 
 def test_controller_textfile_dir_is_never_literally_named_node(tmp_path):
     """Issue 12: a directory named {node} was created for the controller's file."""
-    from airlock import metrics
+    from airlock.status import metrics
 
     cfg = config.from_dict({"state_dir": str(tmp_path / "s"),
                             "metrics": {"textfile_dir": str(tmp_path / "prom" / "{node}")}})
@@ -359,7 +362,7 @@ def test_cleartext_and_unverified_tls_are_refused(http, msg):
 
 
 def test_allow_insecure_lets_each_through_and_doctor_warns(tmp_path):
-    from airlock import doctor
+    from airlock.admin import doctor
 
     cfg = config.from_dict({"recovery": {"provider": "http", "http": {
         "url": "http://nodes.example/api", "verify": False, "allow_insecure": True,
@@ -516,8 +519,8 @@ def _secret(folder: Path, name: str, value: str) -> str:
 
 
 def test_a_member_without_the_secret_cannot_join_or_read_the_store(tmp_path):
-    from airlock import dist
-    from airlock.dist import rendezvous
+    from airlock import collective as dist
+    from airlock.collective import rendezvous
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -554,7 +557,7 @@ def test_a_member_never_talks_to_an_impostor_host():
     """docs/security.md: the challenge goes both ways, so a member never talks to an impostor
     host. The impostor here speaks the handshake and takes whatever the member proves, but
     cannot prove the run's secret back: the member refuses it before any store traffic."""
-    from airlock.dist import rendezvous
+    from airlock.collective import rendezvous
 
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
@@ -595,7 +598,7 @@ def test_a_member_never_talks_to_an_impostor_host():
 
 
 def test_secret_file_must_be_root_only(tmp_path):
-    from airlock.dist import rendezvous
+    from airlock.collective import rendezvous
 
     path = _secret(tmp_path, "s", "z" * 64)
     assert rendezvous.read_secret_file(path) == b"z" * 64
@@ -612,9 +615,9 @@ def test_secret_file_must_be_root_only(tmp_path):
 
 
 def test_worker_with_a_wrong_secret_is_refused_end_to_end(tmp_path):
-    """Two real launchers (`python -m airlock.dist worker`): the member with the wrong secret
+    """Two real launchers (`python -m airlock.collective worker`): the member with the wrong secret
     stops at the rendezvous, naming why; the host counts the refused connection."""
-    from airlock import dist
+    from airlock import collective as dist
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -639,7 +642,7 @@ def test_worker_with_a_wrong_secret_is_refused_end_to_end(tmp_path):
 
 # --- 7. parse errors are AirlockErrors -----------------------------------------------------------
 def test_parse_errors_are_one_line_airlock_errors():
-    from airlock import dist
+    from airlock import collective as dist
 
     for bad in ("12Q", "1M,", "big"):
         with pytest.raises(AirlockError) as exc:
@@ -650,7 +653,7 @@ def test_parse_errors_are_one_line_airlock_errors():
 
 
 def test_dist_worker_cli_bad_input_is_one_line():
-    out = subprocess.run([sys.executable, "-m", "airlock.dist", "worker", "--master-addr",
+    out = subprocess.run([sys.executable, "-m", "airlock.collective", "worker", "--master-addr",
                           "127.0.0.1", "--master-port", "1", "--world-size", "2",
                           "--rank-offset", "0", "--local-ranks", "1", "--sizes", "x"],
                          capture_output=True, text=True, timeout=120,
@@ -718,7 +721,7 @@ def test_a_world_writable_batch_tree_is_refused_and_reported(tmp_path):
 
 
 def test_errors_json_is_not_written_into_a_planted_world_writable_dir(tmp_path):
-    from airlock import incidents
+    from airlock.records import incidents
 
     planted = world_writable(tmp_path / "shared" / "n1")
     problem = incidents.record(str(tmp_path / "state" / "{node}"), str(tmp_path / "shared"),
@@ -788,7 +791,8 @@ def test_oversized_documents_from_strangers_are_skipped_and_named(tmp_path):
 def test_a_huge_node_record_is_read_only_up_to_its_limit(tmp_path):
     """node.json is read up to 1 MiB, never whole: a sparse 64 GiB file in its place is a
     damaged record (no proof: the boot gets its registration), not an out-of-memory hook."""
-    from airlock import boot, nodestate
+    from airlock.hw import boot
+    from airlock.records import proof as nodestate
 
     cfg = config.from_dict({"state_dir": str(tmp_path / "state")})
     state = nodestate.NodeState(cfg, "n1")
@@ -807,7 +811,7 @@ def test_own_errors_are_never_written_through_a_planted_link(tmp_path):
     """Issue 17: incidents.record wrote <shared>/<node>/errors.json through a path that followed
     links and skipped the owner check, so root wrote errors.json wherever a planted link
     pointed. Now the shared copy is refused and named; the node-local copy is still written."""
-    from airlock import incidents
+    from airlock.records import incidents
 
     shared, target = tmp_path / "shared", tmp_path / "etc"
     shared.mkdir()

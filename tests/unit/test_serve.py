@@ -18,16 +18,17 @@ from pathlib import Path
 
 import pytest
 
-from airlock import config as config_mod
-from airlock import render, status
+from airlock.admin import render
+from airlock.config import loader as config_mod
+from airlock.config.sections.serve import ServeSection, parse_listen
 from airlock.errors import ConfigError
 from airlock.recovery.machine import Case
 from airlock.recovery.store import RecoveryStore
 from airlock.serve import schema
 from airlock.serve.checks import CheckRunner, Conflict, RateLimited
 from airlock.serve.security import Guard, Tokens, check_listen, host_of, read_token
-from airlock.settings.serve import ServeSection, parse_listen
-from airlock.slurm import Node
+from airlock.slurm.client import Node
+from airlock.status import collect as status
 from tests.unit.recorded import Recorded, check, run_doc
 
 with warnings.catch_warnings():
@@ -566,7 +567,7 @@ def test_systemd_serve_unit(tmp_path):
 
 def test_hooks_import_nothing_of_the_service():
     code = ("import sys, airlock.hooks.healthcheck, airlock.hooks.prolog, airlock.hooks.epilog,"
-            " airlock.status\n"
+            " airlock.status.collect\n"
             "bad = sorted(m for m in sys.modules if m.split('.')[0] in "
             "('fastapi', 'starlette', 'uvicorn', 'pydantic', 'anyio', 'airlock.serve'))\n"
             "bad += sorted(m for m in sys.modules if m.startswith('airlock.serve'))\n"

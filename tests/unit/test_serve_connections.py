@@ -14,7 +14,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from airlock import config as config_mod
+from airlock.config import loader as config_mod
 from airlock.serve.app import build
 from airlock.serve.security import Guard
 from airlock.serve.server import uvicorn_config

@@ -1,5 +1,6 @@
 """`airlock serve` over documents a node's root wrote (docs/security.md: strangers' data): each is
-validated once, where airlock.results reads it, so a bad one makes its node "unreadable" with the
+validated once, where airlock.records.results reads it, so a bad one makes its node "unreadable"
+with the
 file and the reason named, and never a 5xx nor a change in another node's view (issue 26)."""
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import warnings
 
 import pytest
 
-from airlock import config as config_mod
+from airlock.config import loader as config_mod
 from airlock.serve.app import build
 from tests.unit.recorded import Recorded, check, run_doc
 

@@ -6,7 +6,7 @@ import stat
 import pytest
 
 from airlock.errors import NodeNotFound, SlurmError
-from airlock.slurm import Slurm
+from airlock.slurm.client import Slurm
 
 
 def fake_bin(tmp_path, body: str) -> str:
@@ -83,7 +83,7 @@ def test_without_path_the_usual_install_dirs_are_searched(tmp_path, monkeypatch)
     """Slurm gives the hooks no PATH (docs/guide.md): a tool outside Python's default path
     (/usr/local/bin, /opt/slurm/bin, /usr/sbin, ...) is found in Airlock's own search list.
     Here the list is two temporary folders and the tool a name no system has."""
-    from airlock import slurm as slurm_mod
+    from airlock.slurm import client as slurm_mod
 
     first, second = tmp_path / "opt-slurm-bin", tmp_path / "usr-sbin"
     first.mkdir()

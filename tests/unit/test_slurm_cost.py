@@ -10,8 +10,11 @@ from __future__ import annotations
 import os
 import time
 
-from airlock import boot, config, drains, registration
+from airlock import registration
+from airlock.config import loader as config
+from airlock.hw import boot
 from airlock.registration import Suite
+from airlock.slurm import drains
 from tests.unit.fakenode import wait_for
 
 

@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airlock import reasons
 from airlock.errors import SlurmError
-from airlock.slurm import (
+from airlock.slurm import reasons
+from airlock.slurm.client import (
     AmbiguousReason,
     expand,
     parse_node_json,
@@ -134,7 +134,7 @@ def test_a_reason_with_a_line_break_is_never_airlock_s(version):
     one): Airlock's own reasons are one line (reasons.clean), so it is not Airlock's claim,
     and a passing registration must not resume it. Read with `-o` (22.05: the line break
     shows as the reason's stamp in the middle) and, where there is one, with --json."""
-    from airlock import drains
+    from airlock.slurm import drains
 
     pasted = "airlock: pending standard check boot"
     text = (DATA / version / "newline-reason-o.txt").read_text().replace("first line", pasted)

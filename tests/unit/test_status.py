@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from airlock import config as config_mod
-from airlock import results, status
-from airlock.slurm import Node
+from airlock.config import loader as config_mod
+from airlock.records import results
+from airlock.slurm.client import Node
+from airlock.status import collect as status
 
 
 # --- pure logic ----------------------------------------------------------------------------------

@@ -20,11 +20,12 @@ import os
 
 import pytest
 
-from airlock import boot as boot_mod
-from airlock import config as config_mod
-from airlock import drains, nodestate
+from airlock.config import loader as config_mod
 from airlock.hooks import gate
 from airlock.hooks.common import Hook
+from airlock.hw import boot as boot_mod
+from airlock.records import proof as nodestate
+from airlock.slurm import drains
 from tests.unit.fakenode import FakeNode, wait_for
 
 PENDING = "airlock: pending quick check boot"

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from airlock.slurm import TESTED_VERSIONS
+from airlock.slurm.client import TESTED_VERSIONS
 from tests.cluster.conftest import VARIANTS
 
 ROOT = Path(__file__).parents[2]

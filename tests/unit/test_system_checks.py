@@ -6,10 +6,10 @@ import os
 
 import pytest
 
-from airlock import config
 from airlock.checks import system
 from airlock.checks.base import Verdict
 from airlock.checks.context import Context
+from airlock.config import loader as config
 from airlock.errors import ConfigError
 
 
@@ -129,7 +129,7 @@ def test_faulty_system_fails_quick_level(tmp_path):
     """Through the whole quick level: a down IB port is the named failure."""
     import json
 
-    from airlock.nvml import healthy_gpu_dict
+    from airlock.hw.nvml import healthy_gpu_dict
     from airlock.runner import run_level
 
     ib_port(tmp_path, "mlx5_0", "1", "4: ACTIVE", "400 Gb/sec (4X NDR)")

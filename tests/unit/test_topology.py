@@ -1,11 +1,11 @@
-"""Cutting nodes into groups (airlock/topology.py): sizes, and the network's own lines."""
+"""Cutting nodes into groups (airlock/groups/topology.py): sizes, and the network's own lines."""
 
 from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airlock.topology import cut, parse_topology
+from airlock.groups.topology import cut, parse_topology
 
 # What `scontrol show topology` printed, recorded from the dev cluster (22.05 and 24.11 with
 # topology/tree print the same; topology/block is 24.11's), for this topology.conf:

@@ -12,16 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from airlock import config as config_mod
+from airlock.config import loader as config_mod
 from airlock.errors import SlurmError
-from airlock.slurm import Slurm
+from airlock.slurm.client import Slurm
 from tests.unit import conftest
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def test_the_host_s_scontrol_is_out_of_reach_in_process(host_guard, monkeypatch):
-    client = Slurm()  # no bin_dir: $PATH, then airlock.slurm's usual places
+    client = Slurm()  # no bin_dir: $PATH, then airlock.slurm.client's usual places
     assert Path(client.binary("scontrol")).parent == host_guard["bin_dir"]
     assert Path(Slurm(conf="/etc/slurm/slurm.conf").binary("srun")).parent == \
         host_guard["bin_dir"]
@@ -83,7 +83,7 @@ def test_a_test_that_escapes_fails(tmp_path):
     (tmp_path / "conftest.py").write_text("from tests.unit.conftest import *  # noqa\n")
     (tmp_path / "test_escape.py").write_text(textwrap.dedent("""
         import subprocess, sys
-        from airlock.slurm import Slurm
+        from airlock.slurm.client import Slurm
 
         def test_swallowed():
             try:

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import pytest
 
-from airlock import boot as boot_mod
-from airlock import reasons
+from airlock.hw import boot as boot_mod
+from airlock.slurm import reasons
 from tests.unit.fakenode import FakeNode, wait_for
 
 GPU_FAIL = reasons.failure("gpu_count", "7 GPUs, profile h100-sxm-8x expects 8").format()

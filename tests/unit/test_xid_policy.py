@@ -11,8 +11,8 @@ import pytest
 from airlock.checks import xid
 from airlock.checks.base import Verdict
 from airlock.errors import ConfigError
-from airlock.nvml import XidEvent
-from airlock.profiles import xid_policy
+from airlock.hw.nvml import XidEvent
+from airlock.hw.profiles import xid_policy
 
 NOW = 1_800_000_000.0
 BOOT = NOW - 86400
@@ -51,7 +51,7 @@ def test_policy_file_errors_are_clear(tmp_path):
 
 
 def test_site_policy_file_via_config(tmp_path):
-    from airlock import config
+    from airlock.config import loader as config
 
     f = tmp_path / "xid.toml"
     f.write_text("[strict]\nfatal = [13]\ndefault = 'fail'\nwindow_s = 60\n")
@@ -171,7 +171,7 @@ def test_journal_source_runs():
 def test_check_reads_kernel_log_file_even_when_nvml_is_down(tmp_path):
     import json
 
-    from airlock import config
+    from airlock.config import loader as config
     from airlock.runner import run_level
 
     log = tmp_path / "kern.log"
@@ -193,7 +193,7 @@ SPOOF = "alice[4242]: NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off 
 
 
 def xid_run(tmp_path, kernel_log: str) -> dict:
-    from airlock import config
+    from airlock.config import loader as config
     from airlock.runner import run_level
 
     cfg = config.from_dict({"state_dir": str(tmp_path), "log_dir": str(tmp_path),
@@ -248,7 +248,7 @@ def test_kmsg_keeps_only_kernel_facility_records(tmp_path):
 
 
 def test_kernel_log_must_be_a_kernel_source(tmp_path):
-    from airlock import config
+    from airlock.config import loader as config
 
     with pytest.raises(ConfigError, match=r"\[xid\] kernel_log: must be .* absolute path"):
         config.from_dict({"xid": {"kernel_log": "kern.log"}})

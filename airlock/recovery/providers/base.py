@@ -17,8 +17,8 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from airlock import reasons
 from airlock.recovery.machine import Obs
+from airlock.slurm import reasons
 
 ISSUED, REFUSED, ERROR = "issued", "refused", "error"
 Recorder = Callable[[str, str, str], None]  # node, event, detail

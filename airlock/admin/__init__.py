@@ -1,0 +1,1 @@
+"""Install and diagnose: doctor and the rendered install files."""

@@ -1,0 +1,1 @@
+"""The config: its loader and its validated sections."""

@@ -1,0 +1,1 @@
+"""Multi-node checks: registration batches, the culprit search, topology."""

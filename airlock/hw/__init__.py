@@ -1,0 +1,1 @@
+"""The node's hardware: boot identity, NVML, SKU profiles, fault switches."""
