@@ -31,7 +31,6 @@ import argparse
 import getpass
 import os
 import random
-import subprocess
 import sys
 import threading
 import time
@@ -39,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airlock import finish, paths, protocol
+from airlock import proc as proc_mod
 from airlock.checks import groupcheck
 from airlock.collective.rendezvous import SECRET_ENV, new_secret
 from airlock.config import loader as config_mod
@@ -165,16 +165,11 @@ class Launcher:
         env = self.slurm.env()
         env["AIRLOCK_CONFIG"] = self.cfg.path
         env.update(self.env)
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env=env, stdin=subprocess.DEVNULL, start_new_session=True)
-        try:
-            out, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            out, err = proc.communicate()
-            self._cancel(name)
-            return 124, out, err
-        return proc.returncode, out, err
+        done = proc_mod.run(argv, timeout, env=env)
+        if done.timed_out:
+            self._cancel(name)  # srun's session is gone; the job's steps go with scancel
+            return 124, done.stdout, done.stderr
+        return done.returncode if done.returncode is not None else 124, done.stdout, done.stderr
 
     def _cancel(self, name: str) -> None:
         try:

@@ -161,17 +161,9 @@ def run_isolated(spec: registry.CheckSpec, ctx: Context, timeout: float,
 
 
 def _kill_group(proc) -> None:
-    import signal  # (the same)
-    import subprocess
+    from airlock.proc import kill_group  # (the same)
 
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
-        proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        pass
+    kill_group(proc)
 
 
 def run_check(spec: registry.CheckSpec, ctx: Context, timeout: float,

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 from typing import Any
 
 from airlock import collective as dist
+from airlock import proc as proc_mod
 from airlock.checks.allreduce import verdict_allreduce
 from airlock.checks.base import Verdict
 from airlock.collective.params import EXIT_UNMEASURED
@@ -141,14 +141,10 @@ def run_member(cfg, node: str, nodes: list[str], master: str, port: int,
                             faults=fault_switches(faults_mod.active(cfg, node)))
     env = dict(os.environ)
     env.setdefault("PATH", "/usr/bin:/bin")
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env, start_new_session=True, stdin=subprocess.DEVNULL)
-    try:
-        out, err = proc.communicate(timeout=timeout + 30)  # the launcher's own timeout first
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-    result = judge(dist.parse_report(out), proc.returncode, err, group_floor(cfg, profile_floor),
-                   cfg.allreduce.straggler_fraction, timeout)
+    done = proc_mod.run(argv, timeout + 30, env=env)  # the launcher's own timeout first
+    # killed at our deadline: the exit a SIGKILL gives, as before the process helper
+    rc = -signal.SIGKILL if done.returncode is None else done.returncode
+    result = judge(dist.parse_report(done.stdout), rc, done.stderr,
+                   group_floor(cfg, profile_floor), cfg.allreduce.straggler_fraction, timeout)
     result["node"] = node
     return result

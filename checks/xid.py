@@ -188,18 +188,17 @@ def _run_reader(argv: list[str], timeout: float) -> str:
     # Imported here: the usual source (/dev/kmsg) spawns nothing, and subprocess alone is a
     # visible share of the periodic hook's start-up.
     import shutil
-    import subprocess
+
+    from airlock.proc import run
 
     name = argv[0]
     exe = shutil.which(name) or next(
         (p for p in (f"/usr/bin/{name}", f"/bin/{name}") if os.access(p, os.X_OK)), None)
     if exe is None:
         raise OSError(f"{name} not found")
-    try:
-        proc = subprocess.run([exe, *argv[1:]], capture_output=True, text=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL, errors="replace")
-    except subprocess.TimeoutExpired:
-        raise OSError(f"{name} timed out after {timeout:g}s") from None
+    proc = run([exe, *argv[1:]], timeout)
+    if proc.timed_out:
+        raise OSError(f"{name} timed out after {timeout:g}s")
     if proc.returncode != 0:
         why = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
         raise OSError(f"{name}: {why}")

@@ -10,12 +10,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from airlock import proc
 from airlock.admin import render
 from airlock.checks.context import Context
 from airlock.checks.devices import simulated_view
@@ -371,9 +371,10 @@ def check_torch(python: str = sys.executable, timeout: float = 120,
     """In a child process: importing torch takes seconds and CUDA init can hang."""
     gpus = gpus or Gpus()
     try:
-        out = subprocess.run([python, "-c", TORCH_PROBE], capture_output=True, text=True,
-                             timeout=timeout, stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
+        out = proc.run([python, "-c", TORCH_PROBE], timeout)
+    except OSError as exc:
+        return [Item(FAIL, "torch", f"cannot start {python}: {exc.strerror or exc}")]
+    if out.timed_out:
         return [Item(FAIL, "torch", f"import torch / CUDA init hung for {timeout:g} s")]
     if out.returncode != 0:
         last = (out.stderr.strip().splitlines() or ["?"])[-1]
@@ -447,10 +448,11 @@ def check_install() -> list[Item]:
                      f"e.g. {missing[0]}: reinstall the wheel")]
     code = "import importlib, sys\nfor m in sys.argv[1:]:\n    importlib.import_module(m)"
     try:
-        out = subprocess.run([sys.executable, "-c", code, *ENTRY_MODULES], cwd="/",
-                             capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.SubprocessError) as exc:
+        out = proc.run([sys.executable, "-c", code, *ENTRY_MODULES], 60, cwd="/")
+    except OSError as exc:
         return [Item(FAIL, "install", f"cannot start {sys.executable}: {exc}")]
+    if out.timed_out:
+        return [Item(FAIL, "install", "importing the entry modules hung for 60 s")]
     if out.returncode != 0:
         last = (out.stderr.strip().splitlines() or ["no output"])[-1]
         return [Item(FAIL, "install", f"the hooks cannot import: {last[:160]}: reinstall the "

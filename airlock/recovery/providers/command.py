@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
-import subprocess
 
+from airlock import proc
 from airlock.errors import ConfigError
 from airlock.recovery.machine import Obs
 from airlock.recovery.providers.base import ERROR, ISSUED, REFUSED, ActionTarget, Provider, Result
@@ -32,14 +32,14 @@ class Command(Provider):
         argv = [self.path, verb, t.node, "--request-id", t.request_id]
         env = dict(os.environ, AIRLOCK_REASON=t.reason)
         try:
-            p = subprocess.run(argv, capture_output=True, text=True, timeout=self.timeout,
-                               stdin=subprocess.DEVNULL, env=env)
-        except subprocess.TimeoutExpired:
-            return -1, f"timed out after {self.timeout:g}s"
+            # a site's script may start children (ssh, ipmitool): its whole session goes
+            p = proc.run(argv, self.timeout, env=env)
         except OSError as exc:
             return -1, f"cannot run: {exc.strerror}"
+        if p.timed_out:
+            return -1, f"timed out after {self.timeout:g}s"
         lines = (p.stderr or p.stdout).strip().splitlines()
-        return p.returncode, (lines[-1] if lines else f"exit {p.returncode}")[:300]
+        return int(p.returncode or 0), (lines[-1] if lines else f"exit {p.returncode}")[:300]
 
     def submit(self, action: str, targets: list[ActionTarget]) -> dict[str, Result]:
         out = {}
