@@ -208,9 +208,11 @@ def hardware_keys(node: str, keys) -> tuple[frozenset[str], tuple[str, ...]]:
 
 
 def _shown(keys: frozenset[str]) -> str:
+    """An identity in a history row: its instance, else its first two keys."""
     inst = sorted(k for k in keys if k.startswith("instance:"))
-    return ",".join(inst) if inst else ",".join(sorted(keys)[:2]) + ("..." if len(keys) > 2
-                                                                       else "")
+    if inst:
+        return ",".join(inst)
+    return ",".join(sorted(keys)[:2]) + ("..." if len(keys) > 2 else "")
 
 
 class Memory(NamedTuple):
@@ -467,10 +469,9 @@ def intent_unwanted(case: Case | None, obs: Obs | None, action_id: int, kind: st
                     created: float, now: float, limits) -> str | None:
     """Why an intent journalled by a process that died before sending it must not be sent now,
     or None to send it. Re-decided on Slurm's current view, never resent blindly: its case is
-    still waiting for this action, Airlock's failure is still in force (not_called_for), the
-    node is idle, and the intent is
-    younger than its action's timeout. (Whether the action already happened is the provider's
-    question, asked before this one.)"""
+    still waiting for this action, Airlock's failure is still in force and the node idle
+    (not_called_for), and the intent is younger than its action's timeout. (Whether the action
+    already happened is the provider's question, asked before this one.)"""
     if case is None or case.action_id != action_id or case.state not in AWAITING_BOOT:
         return "its case no longer waits for it"
     why = not_called_for(obs)
