@@ -208,9 +208,11 @@ def hardware_keys(node: str, keys) -> tuple[frozenset[str], tuple[str, ...]]:
 
 
 def _shown(keys: frozenset[str]) -> str:
+    """An identity in a history row: its instance, else its first two keys."""
     inst = sorted(k for k in keys if k.startswith("instance:"))
-    return ",".join(inst) if inst else ",".join(sorted(keys)[:2]) + ("..." if len(keys) > 2
-                                                                       else "")
+    if inst:
+        return ",".join(inst)
+    return ",".join(sorted(keys)[:2]) + ("..." if len(keys) > 2 else "")
 
 
 class Memory(NamedTuple):
@@ -441,19 +443,16 @@ def plan(case: Case | None, obs: Obs | None, now: float, policy, limits,
     return Step(case)
 
 
-def intent_unwanted(case: Case | None, obs: Obs | None, action_id: int, kind: str,
-                    mark: str, created: float, now: float, limits) -> str | None:
-    """Why an intent journalled by a process that died before sending it must not be sent now,
-    or None to send it. Re-decided on Slurm's current view, never resent blindly: its case is
-    still waiting for this action, Airlock's failure is still in force (the node is drained
-    with Airlock's FAIL, or with this action's own mark), the node is idle, and the intent is
-    younger than its action's timeout. (Whether the action already happened is the provider's
-    question, asked before this one.)"""
-    if case is None or case.action_id != action_id or case.state not in AWAITING_BOOT:
-        return "its case no longer waits for it"
+def not_called_for(obs: Obs | None) -> str | None:
+    """Why Slurm's view of a node no longer calls for an action on it, or None: an action
+    reaches a node only while Airlock's failure of it is in force (drained with Airlock's FAIL
+    of the node, or with a recover mark, which an action sets in its place) and the node is
+    idle. Asked when an old intent is re-decided and, by the providers that act through Slurm,
+    right before a request."""
     if obs is None:
         return "the node is not in Slurm's list"
-    if not (obs.drained and (obs.failing or obs.reason == mark)):
+    r = obs.parsed
+    if not (obs.failing or (obs.drained and r is not None and r.state == "recover")):
         if not obs.drained:
             held = "the node is in service"
         elif not obs.reason:
@@ -463,6 +462,21 @@ def intent_unwanted(case: Case | None, obs: Obs | None, action_id: int, kind: st
         return f"Airlock's failure is no longer in force ({held})"
     if obs.busy:
         return "the node runs a job"
+    return None
+
+
+def intent_unwanted(case: Case | None, obs: Obs | None, action_id: int, kind: str,
+                    created: float, now: float, limits) -> str | None:
+    """Why an intent journalled by a process that died before sending it must not be sent now,
+    or None to send it. Re-decided on Slurm's current view, never resent blindly: its case is
+    still waiting for this action, Airlock's failure is still in force and the node idle
+    (not_called_for), and the intent is younger than its action's timeout. (Whether the action
+    already happened is the provider's question, asked before this one.)"""
+    if case is None or case.action_id != action_id or case.state not in AWAITING_BOOT:
+        return "its case no longer waits for it"
+    why = not_called_for(obs)
+    if why:
+        return why
     limit = limits.reboot_timeout if kind == "reboot" else limits.replace_timeout
     if now - created > limit:
         return f"the intent is {now - created:.0f}s old ({kind}_timeout {limit:g}s)"

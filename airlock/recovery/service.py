@@ -333,8 +333,7 @@ class Service:
                                   " (found after restart)")
                 continue
             why = machine.intent_unwanted(self.store.case(node), seen, row["id"], kind,
-                                          target.reason, row["created"], self.clock(),
-                                          self.settings)
+                                          row["created"], self.clock(), self.settings)
             if why:
                 self.drop_intent(row, f"{kind} {request_id} not sent after a restart: {why}")
                 continue

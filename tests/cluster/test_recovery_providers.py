@@ -21,6 +21,13 @@ def test_hyperpod_slurm_reason_exact_and_slurm_power_refuses_non_cloud(cluster_f
                               airlock={"registration": {"level": "quick"}})
     cluster.wait(lambda: not cluster.node("node1").drained, 30, "node1 resumed")
     hp = pv.HyperpodSlurm(cluster.slurm)
+    # A node in service (a person resumed it since the poll): nothing is sent.
+    res = hp.submit("replace", [t("node1")])["node1"]
+    assert res.status == pv.ERROR and "no longer in force" in res.message, res
+    assert not cluster.node("node1").drained
+    # Airlock's failure in force, the node idle: HyperPod's exact reason.
+    cluster.run(["scontrol", "update", "nodename=node1", "state=drain",
+                 "reason=airlock: FAIL gpu_count 7 GPUs, profile h100 expects 8"])
     assert hp.submit("replace", [t("node1")])["node1"].status == pv.ISSUED
     n = cluster.node("node1")
     assert n.reason == "Action:Replace" and "FAIL" in n.state_text

@@ -176,3 +176,30 @@ def test_an_intent_is_re_decided_when_stale_busy_foreign_or_gone(tmp_path):
         assert dropped(store) == [f"reboot airlock-1-reboot-n1 not sent after a restart: {why}"]
         # the case is decided afresh by the next poll: back to detected, at the same rung
         assert store.case("n1").state == m.DETECTED and store.case("n1").step == 0
+
+
+def test_slurm_providers_send_nothing_to_a_node_no_longer_failed_or_idle():
+    """The same rule at the moment of sending, in the providers that act through Slurm (they
+    read the node right before the request): a person's resume or a job that arrived between
+    the poll and the request stops it."""
+    from airlock.recovery.providers import ActionTarget
+    from airlock.recovery.providers.slurm import HyperpodSlurm, SlurmPower, SlurmReboot
+
+    mark = "airlock: recover reboot airlock-2-reboot-n1"
+    target = ActionTarget("n1", "airlock-2-reboot-n1", mark)
+    resumed = Node("n1", "IDLE", frozenset({"CLOUD"}), boot_time=BOOT)
+    busy = Node("n1", "MIXED", frozenset({"DRAIN", "CLOUD"}), FAIL, boot_time=BOOT, cpu_alloc=4)
+    for provider, action in ((SlurmReboot, "reboot"), (HyperpodSlurm, "reboot"),
+                             (SlurmPower, "replace")):
+        for node, why in ((resumed, "Airlock's failure is no longer in force (the node is in "
+                                    "service)"), (busy, "the node runs a job")):
+            slurm = FakeSlurm(node)
+            result = provider(slurm).submit(action, [target])["n1"]
+            assert slurm.writes == [], (provider.name, why)
+            assert (result.status, result.message) == ("error", f"not sent: {why}")
+        # still failed, or still marked by an earlier action (one that ended in an error): sent
+        for reason in (FAIL, "airlock: recover reboot airlock-1-reboot-n1", mark):
+            failed = Node("n1", "IDLE", frozenset({"DRAIN", "CLOUD"}), reason, boot_time=BOOT)
+            slurm = FakeSlurm(failed)
+            assert provider(slurm).submit(action, [target])["n1"].status == "issued"
+            assert slurm.writes

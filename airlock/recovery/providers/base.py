@@ -17,6 +17,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from airlock.recovery import machine
 from airlock.recovery.machine import Obs
 from airlock.slurm import reasons
 
@@ -56,6 +57,14 @@ class Provider:
 
     def progress(self, case, obs: Obs | None) -> str | None:
         return None
+
+
+def not_called_for(node) -> Result | None:
+    """An error result when the node, as Slurm shows it right before the request, no longer
+    calls for the action (machine.not_called_for): the case goes back to detected, and the next
+    poll releases it or waits."""
+    why = machine.not_called_for(Obs.from_node(node))
+    return None if why is None else Result(ERROR, f"not sent: {why}")
 
 
 def mark(slurm, target: ActionTarget) -> None:

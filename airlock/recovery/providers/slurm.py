@@ -14,6 +14,7 @@ from airlock.recovery.providers.base import (
     Provider,
     Result,
     mark,
+    not_called_for,
 )
 
 
@@ -43,8 +44,9 @@ class SlurmReboot(Provider):
                 if node.foreign_drain:
                     out[t.node] = Result(REFUSED, f"foreign drain appeared: {node.reason!r}")
                     continue
-                if node.busy:
-                    out[t.node] = Result(ERROR, "jobs appeared on the node; not rebooted")
+                stop = not_called_for(node)
+                if stop is not None:
+                    out[t.node] = stop
                     continue
                 mark(self.slurm, t)
                 self.slurm.scontrol("reboot", f"reason={t.reason}", t.node)
@@ -78,6 +80,10 @@ class HyperpodSlurm(Provider):
                 node = self.slurm.node(t.node)
                 if node.foreign_drain and not self.owns_reason(node.reason):
                     out[t.node] = Result(REFUSED, f"foreign drain appeared: {node.reason!r}")
+                    continue
+                stop = not_called_for(node)
+                if stop is not None:
+                    out[t.node] = stop
                     continue
                 self.slurm.scontrol(*self.argv(action, t.node))
                 out[t.node] = Result(ISSUED, f"state=fail reason={self.REASONS[action]}")
@@ -118,6 +124,10 @@ class SlurmPower(Provider):
                 if "CLOUD" not in node.flags:
                     out[t.node] = Result(REFUSED, "not a State=CLOUD node: slurm-power cannot "
                                                   "replace it")
+                    continue
+                stop = not_called_for(node)
+                if stop is not None:
+                    out[t.node] = stop
                     continue
                 mark(self.slurm, t)
                 self.slurm.scontrol("update", f"nodename={t.node}", "state=POWER_DOWN_FORCE",
