@@ -14,8 +14,15 @@ class Context:
                  faults: dict[str, str] | None = None):
         self.cfg, self.node, self.level, self.attempt = cfg, node, level, attempt
         self.faults: dict[str, str] = dict(faults or {})
+        # What the run gathers once and every check shares; each is filled on first use.
         self._snapshot: nvml.Snapshot | None = None
         self._profile: profiles.Profile | None = None
+        # The node's Slurm record (airlock.hw.profiles.node_facts): whether it was asked for,
+        # what came back (None: Slurm did not answer), and why not.
+        self.slurm_facts_read = False
+        self.slurm_facts: Any = None
+        self.slurm_facts_error = ""
+        self.pci_gpus: list[str] | None = None  # the NVIDIA GPUs on the PCI bus
 
     @classmethod
     def create(cls, cfg: Any, node: str, level: str = "quick") -> Context:
@@ -44,7 +51,15 @@ class Context:
         """The node's Slurm record as the caller just read it (the registration suite, when it
         confirmed isolation): the checks use it rather than ask a controller that may be gone
         by the time they run (profiles.node_facts)."""
-        self._slurm_facts, self._slurm_facts_error = node, ""
+        self.slurm_facts_read, self.slurm_facts, self.slurm_facts_error = True, node, ""
+
+    def forget_snapshot(self) -> None:
+        """The next read of the snapshot asks NVML again (a confirmation re-reads the hardware)."""
+        self._snapshot = None
+
+    def forget_slurm_facts(self) -> None:
+        """The next read of the node's Slurm record asks Slurm again."""
+        self.slurm_facts_read, self.slurm_facts, self.slurm_facts_error = False, None, ""
 
     def fault(self, name: str) -> str | None:
         return self.faults.get(name)

@@ -73,11 +73,11 @@ def check_gpu_count(ctx) -> Outcome:
         pci = len(profiles.node_pci_gpus(ctx))
     gres = None
     if ctx.cfg.profile.gres and ctx.level in HEAVY:
-        if ctx.attempt > 1 and getattr(ctx, "_slurm_facts", False) is None:
-            ctx._slurm_facts = False  # the confirmation asks Slurm again
+        if ctx.attempt > 1 and ctx.slurm_facts_read and ctx.slurm_facts is None:
+            ctx.forget_slurm_facts()  # the confirmation asks Slurm again
         facts = profiles.node_facts(ctx)
         if facts is None:
-            why = getattr(ctx, "_slurm_facts_error", "") or "no answer"
+            why = ctx.slurm_facts_error or "no answer"
             return failed("gpu_count", f"Slurm GRES unreadable: {why}"[:160], found=snap.count,
                           expected=expected)
         gres = gres_gpus(facts.gres)

@@ -25,7 +25,7 @@ from airlock.hw.profiles import node_pci_gpus
 # --- shared gather -----------------------------------------------------------------------------
 def snapshot_or_outcome(ctx, check: str) -> Snapshot | Outcome:
     if ctx.attempt > 1:
-        ctx._snapshot = None  # a confirmation must re-read the hardware
+        ctx.forget_snapshot()  # a confirmation must re-read the hardware
     try:
         return ctx.snapshot
     except NvmlError as exc:
@@ -76,7 +76,7 @@ def verdict_nvml(snap: Snapshot | None, error: BaseException | None = None,
 
 def check_nvml(ctx) -> Outcome:
     if ctx.attempt > 1:
-        ctx._snapshot = None
+        ctx.forget_snapshot()
     try:
         snap = ctx.snapshot
     except NvmlError as exc:

@@ -237,7 +237,7 @@ def check_pcie_bw(ctx) -> Outcome:
         results.append(DeviceBw(d.torch, d.gpu, h2d, d2h))
     links: dict[int, Link] = {}
     if on_gpu or where.kind == "stand-in":
-        ctx._snapshot = None  # read the links now, after the copies
+        ctx.forget_snapshot()  # read the links now, after the copies
         try:
             snap = ctx.snapshot
             p = ctx.profile

@@ -493,7 +493,7 @@ def test_quick_level_asks_slurm_nothing_for_the_gres(tmp_path):
                              only=["gpu_count"])
     assert records[0]["verdict"] == "pass", records
     assert "gres" not in records[0]["figures"]
-    assert not hasattr(ctx, "_slurm_facts")  # no Slurm call was made at all
+    assert not ctx.slurm_facts_read  # no Slurm call was made at all
 
 
 # --- the fault switches through run_level, where fail-then-pass becomes a WARN (issue 12) ------

@@ -337,9 +337,8 @@ def choose_name(section, node: str, facts: Any) -> tuple[str, str]:
 def node_facts(ctx) -> Any:
     """The node's Slurm record, fetched once per run and shared; None when Slurm is unreachable
     (the caller then judges without it and says so)."""
-    cached = getattr(ctx, "_slurm_facts", False)
-    if cached is not False:
-        return cached
+    if ctx.slurm_facts_read:
+        return ctx.slurm_facts
     from airlock.slurm.client import Slurm  # only when by_partition/by_feature need Slurm
 
     facts, error = None, ""
@@ -350,17 +349,15 @@ def node_facts(ctx) -> Any:
         facts = slurm.node(ctx.node)
     except AirlockError as exc:
         error = str(exc)
-    ctx._slurm_facts = facts
-    ctx._slurm_facts_error = error
+    ctx.slurm_facts_read, ctx.slurm_facts, ctx.slurm_facts_error = True, facts, error
     return facts
 
 
 def node_pci_gpus(ctx) -> list[str]:
     """The NVIDIA GPUs on this node's PCI bus ([system] sys_root), read once per run."""
-    cached = getattr(ctx, "_pci_gpus", None)
-    if cached is None:
-        cached = ctx._pci_gpus = pci_gpus(ctx.cfg.system.sys_root)
-    return cached
+    if ctx.pci_gpus is None:
+        ctx.pci_gpus = pci_gpus(ctx.cfg.system.sys_root)
+    return ctx.pci_gpus
 
 
 def for_context(ctx) -> Profile:
