@@ -14,16 +14,22 @@ the on-demand node worker finish their runs here, with one error policy:
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Literal
 
 from airlock.checks.base import Outcome, Verdict, worst
 from airlock.errors import OwnError
 from airlock.records.results import ResultStore, new_run_id
+from airlock.records.types import CheckRecord, RunDoc
 from airlock.slurm import reasons
 
+# A run's verdict: a level whose checks all skipped proved nothing wrong, so it passes.
+RUN_VERDICT: dict[Verdict, Literal["pass", "warn", "fail", "error"]] = {
+    Verdict.PASS: "pass", Verdict.SKIP: "pass", Verdict.WARN: "warn", Verdict.FAIL: "fail",
+    Verdict.ERROR: "error"}
 
-def summarize(node: str, level: str, trigger: str, records: list[dict[str, Any]],
-              started: float, profile: str = "", run_id: str | None = None) -> dict[str, Any]:
+
+def summarize(node: str, level: str, trigger: str, records: list[CheckRecord],
+              started: float, profile: str = "", run_id: str | None = None) -> RunDoc:
     """The run document (schema in airlock.records.results) from a level's check records.
 
     Records marked "observe" (checks in observe mode, airlock.runner.observed) keep their own
@@ -56,7 +62,7 @@ def summarize(node: str, level: str, trigger: str, records: list[dict[str, Any]]
         "started_at": started,
         "finished_at": now,
         "duration_s": round(now - started, 3),
-        "verdict": verdict.value if verdict is not Verdict.SKIP else "pass",
+        "verdict": RUN_VERDICT[verdict],
         "failed_check": first_fail["check"] if first_fail else None,
         "detail": detail,
         "unseen": [r["check"] for r in unseen],
@@ -67,13 +73,13 @@ def summarize(node: str, level: str, trigger: str, records: list[dict[str, Any]]
     }
 
 
-def failure_reason(run: dict[str, Any], suffix: str = "") -> reasons.Reason:
+def failure_reason(run: RunDoc, suffix: str = "") -> reasons.Reason:
     detail = f"{run['detail']} {suffix}".strip()
     return reasons.failure(run["failed_check"] or "suite", detail)
 
 
 class Finished:
-    def __init__(self, run: dict[str, Any]):
+    def __init__(self, run: RunDoc):
         self.run = run
         self.stored = True  # the node-local copy was written
         self.problems: list[str] = []
@@ -91,7 +97,7 @@ class Finished:
             raise OwnError(hook, self.run["detail"])
 
 
-def finish_run(cfg, node: str, run: dict[str, Any], history: bool = True, slurm=None,
+def finish_run(cfg, node: str, run: RunDoc, history: bool = True, slurm=None,
                reason_suffix: str = "") -> Finished:
     """Store the run, refresh the metrics, and (with slurm) drain when it failed."""
     done = Finished(run)
@@ -107,7 +113,7 @@ def finish_run(cfg, node: str, run: dict[str, Any], history: bool = True, slurm=
     return done
 
 
-def record_run(cfg, node: str, run: dict[str, Any], history: bool = True) -> list[str]:
+def record_run(cfg, node: str, run: RunDoc, history: bool = True) -> list[str]:
     """Store a run and refresh the metrics; return the best-effort problems. The node-local
     write's OSError propagates."""
     store = ResultStore(cfg, node)

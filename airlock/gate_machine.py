@@ -30,6 +30,7 @@ Slurm, admins, jobs, kills and reboots to a bounded depth, and checks the gate's
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from airlock.records import proof as nodestate
@@ -166,7 +167,7 @@ def _running(f: Facts) -> Step:
     return Step(FAIL_DIED, f"{DIED} ({attempt} attempts)")
 
 
-def failure_of(record: dict[str, Any]) -> reasons.Reason:
+def failure_of(record: Mapping[str, Any]) -> reasons.Reason:
     """The failure the suite wanted to set (record["reason"]), else a generic one."""
     wanted = reasons.parse(record.get("reason", ""))
     if wanted is not None and wanted.is_failure:

@@ -30,7 +30,7 @@ class Finished:
 
 
 def spawn(argv: Sequence[str], env: Mapping[str, str] | None = None,
-          merge_stderr: bool = False, cwd: str | None = None) -> subprocess.Popen:
+          merge_stderr: bool = False, cwd: str | None = None) -> subprocess.Popen[str]:
     """argv in a session of its own, stdin from /dev/null, text pipes. OSError (no such program,
     no permission) reaches the caller, who says what could not be started."""
     return subprocess.Popen(list(argv), stdout=subprocess.PIPE,
@@ -40,7 +40,7 @@ def spawn(argv: Sequence[str], env: Mapping[str, str] | None = None,
                             start_new_session=True)
 
 
-def kill_group(proc: subprocess.Popen, reap_s: float = REAP_S) -> tuple[str, str]:
+def kill_group(proc: subprocess.Popen[str], reap_s: float = REAP_S) -> tuple[str, str]:
     """SIGKILL proc's whole session and reap it within reap_s; what it had written (empty when
     something it started still holds the pipes after the kill)."""
     try:

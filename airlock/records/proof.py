@@ -29,6 +29,7 @@ from typing import Any, NamedTuple
 
 from airlock.hw import boot as boot_mod
 from airlock.paths import atomic_write, node_dir
+from airlock.records.types import ProofRecord
 
 SCHEMA = 2
 FILE = "node.json"
@@ -59,7 +60,7 @@ _OPTIONAL: dict[str, tuple[type, ...]] = {
 class Proof(NamedTuple):
     state: str
     why: str = ""  # for NONE: why there is no usable record for this boot
-    record: dict[str, Any] | None = None  # a valid record (possibly of another boot)
+    record: ProofRecord | None = None  # a valid record (possibly of another boot)
 
     @property
     def passed(self) -> bool:
@@ -88,7 +89,7 @@ def validate(data: Any) -> str:
     return ""
 
 
-def judge(record: dict[str, Any] | None, now: boot_mod.Boot, problem: str = "") -> Proof:
+def judge(record: ProofRecord | None, now: boot_mod.Boot, problem: str = "") -> Proof:
     """What the record proves about this boot (see the module docstring)."""
     if record is None:
         return Proof(NONE, problem or "no record")
@@ -109,11 +110,11 @@ class NodeState:
         self.node = node
         self.path: Path = node_dir(cfg.state_dir, node) / FILE
 
-    def load(self) -> dict[str, Any] | None:
+    def load(self) -> ProofRecord | None:
         """The record when it is well-formed, else None."""
         return self.load_checked()[0]
 
-    def load_checked(self) -> tuple[dict[str, Any] | None, str]:
+    def load_checked(self) -> tuple[ProofRecord | None, str]:
         """(record, "") or (None, why there is none usable; "" when there is no file)."""
         import json
 
@@ -131,12 +132,13 @@ class NodeState:
         record, problem = self.load_checked()
         return judge(record, now, problem)
 
-    def save(self, data: dict[str, Any]) -> None:
+    def save(self, data: ProofRecord) -> None:
         atomic_write(self.path, data)
 
     def start(self, run_id: str, now: boot_mod.Boot, pid: int, level: str, trigger: str,
-              attempt: int = 1) -> dict[str, Any]:
-        data = {"schema": SCHEMA, "node": self.node, "boot": now.to_dict(), "run_id": run_id,
+              attempt: int = 1) -> ProofRecord:
+        data: ProofRecord = {
+                "schema": SCHEMA, "node": self.node, "boot": now.to_dict(), "run_id": run_id,
                 "status": "running", "verdict": None, "pid": pid,
                 "pid_start": boot_mod.process_start(pid), "level": level, "trigger": trigger,
                 "attempt": attempt, "started_uptime": round(now.uptime, 3),
@@ -144,8 +146,9 @@ class NodeState:
         self.save(data)
         return data
 
-    def adopt(self, now: boot_mod.Boot, run_id: str, why: str) -> dict[str, Any]:
-        data = {"schema": SCHEMA, "node": self.node, "boot": now.to_dict(), "run_id": run_id,
+    def adopt(self, now: boot_mod.Boot, run_id: str, why: str) -> ProofRecord:
+        data: ProofRecord = {
+                "schema": SCHEMA, "node": self.node, "boot": now.to_dict(), "run_id": run_id,
                 "status": "adopted", "verdict": None, "pid": os.getpid(), "pid_start": None,
                 "level": "quick", "trigger": "adopt", "attempt": 0,
                 "started_uptime": round(now.uptime, 3), "started_at": time.time(),
@@ -175,9 +178,11 @@ class NodeState:
             data = self.load()
             if data is None or data["run_id"] != run_id or data["status"] != "running":
                 return False
-            data.update(status="done", verdict=verdict,
-                        finished_uptime=round(boot_mod.uptime(), 3), finished_at=time.time(),
-                        slurm_pending=slurm_pending)
+            data["status"] = "done"
+            data["verdict"] = verdict  # type: ignore[typeddict-item]  # checked by the caller
+            data["finished_uptime"] = round(boot_mod.uptime(), 3)
+            data["finished_at"] = time.time()
+            data["slurm_pending"] = slurm_pending  # type: ignore[typeddict-item]
             if data.get("phase") == STARTING:
                 data.pop("phase")
             if error:
@@ -194,7 +199,7 @@ class NodeState:
         with self._locked():
             data = self.load()
             if data is not None and data["run_id"] == run_id and data["status"] == "running":
-                data.update(pid=pid, pid_start=boot_mod.process_start(pid))
+                data["pid"], data["pid_start"] = pid, boot_mod.process_start(pid)
                 if data.get("phase") == STARTING:
                     data.pop("phase")  # (the suite may have written its own phase already)
                 self.save(data)

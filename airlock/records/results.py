@@ -48,6 +48,7 @@ from airlock.paths import (
     valid_node_name,
     valid_run_id,
 )
+from airlock.records.types import RunDoc
 
 SCHEMA = 1
 KEEP = 50
@@ -173,7 +174,7 @@ class ResultStore:
         self.local = node_dir(cfg.state_dir, node)
         self.shared = shared_node_dir(cfg.shared_dir, node)
 
-    def write(self, run: dict[str, Any], history: bool = True) -> list[str]:
+    def write(self, run: RunDoc, history: bool = True) -> list[str]:
         """Write a run everywhere it belongs; return problems with the copies (if any).
 
         The node-local write must succeed (OSError propagates); the shared copy is best effort,
@@ -197,7 +198,7 @@ class ResultStore:
         return problems
 
     @staticmethod
-    def _write_tree(root: Path, parts: list[str], run: dict[str, Any], level: str,
+    def _write_tree(root: Path, parts: list[str], run: RunDoc, level: str,
                     history: bool, shared: bool = False) -> None:
         with SafeDir.open(root, parts, create=True) as d:
             if history:
@@ -208,7 +209,7 @@ class ResultStore:
                 d.write_json(f"latest-{level}.json", run)
             d.write_json("latest.json", run)
 
-    def latest(self, level: str | None = None) -> dict[str, Any] | None:
+    def latest(self, level: str | None = None) -> RunDoc | None:
         name = f"latest-{level}.json" if level else "latest.json"
         try:
             with self._local() as d:
@@ -217,8 +218,8 @@ class ResultStore:
             return None
         return run if not run_problem(run) else None
 
-    def latest_by_level(self) -> dict[str, dict[str, Any]]:
-        out: dict[str, dict[str, Any]] = {}
+    def latest_by_level(self) -> dict[str, RunDoc]:
+        out: dict[str, RunDoc] = {}
         try:
             with self._local() as d:
                 for name in d.files(".json"):
@@ -234,7 +235,7 @@ class ResultStore:
             pass
         return out
 
-    def history(self, limit: int = 10) -> list[dict[str, Any]]:
+    def history(self, limit: int = 10) -> list[RunDoc]:
         return read_history(self.local, limit)
 
     def _local(self) -> SafeDir:
@@ -248,7 +249,7 @@ def _why(exc: OSError) -> str:
     return exc.strerror or str(exc)
 
 
-def read_history(folder: Path, limit: int, node: str | None = None) -> list[dict[str, Any]]:
+def read_history(folder: Path, limit: int, node: str | None = None) -> list[RunDoc]:
     """The last `limit` valid runs kept under folder/results, newest first."""
     if limit <= 0:
         return []
@@ -259,12 +260,12 @@ def read_history(folder: Path, limit: int, node: str | None = None) -> list[dict
         return []
 
 
-def _history(d: SafeDir, limit: int, node: str | None) -> list[dict[str, Any]]:
+def _history(d: SafeDir, limit: int, node: str | None) -> list[RunDoc]:
     """Runs under d/results: links are not followed, documents that fail the schema are left
     out."""
     if limit <= 0:
         return []
-    runs = []
+    runs: list[RunDoc] = []
     try:
         with d.sub("results") as folder:
             # Run ids start with a UTC timestamp: the newest names hold the newest runs.
@@ -283,13 +284,13 @@ def _history(d: SafeDir, limit: int, node: str | None) -> list[dict[str, Any]]:
 
 # --- the controller's view ---------------------------------------------------------------------
 class NodeResults:
-    def __init__(self, node: str, run: dict[str, Any] | None = None, source: str = "slurm",
-                 problem: str = "", history: list[dict[str, Any]] | None = None):
+    def __init__(self, node: str, run: RunDoc | None = None, source: str = "slurm",
+                 problem: str = "", history: list[RunDoc] | None = None):
         self.node = node
         self.run = run
         self.source = source  # "shared", "local", or "slurm" (only the reason is known)
         self.problem = problem  # why no run could be read ("" when one was)
-        self.history: list[dict[str, Any]] = history or []
+        self.history: list[RunDoc] = history or []
 
 
 def local_readable(cfg, node: str) -> bool:
@@ -313,7 +314,7 @@ def _open(root: Path, parts: list[str]) -> tuple[SafeDir | None, str]:
 
 
 def _read_run(d: SafeDir, node: str, name: str = "latest.json"
-              ) -> tuple[dict[str, Any] | None, str]:
+              ) -> tuple[RunDoc | None, str]:
     path = d.path / name
     try:
         data = load(d, name)
@@ -339,7 +340,7 @@ def read_node(cfg, node: str, history: int = 0) -> NodeResults:
     """The last run of a node (and its history), from the best source this host can see."""
     problems = []
     # The runs kept beside an unreadable latest.json are still the node's history to show.
-    kept: list[dict[str, Any]] = []
+    kept: list[RunDoc] = []
     try:
         where = shared_node_parts(cfg.shared_dir, node)
     except UnsafePath as exc:
@@ -412,7 +413,7 @@ def run_node(run_id: str) -> str:
     return parts[2]
 
 
-def read_run(cfg, run_id: str) -> tuple[dict[str, Any] | None, str]:
+def read_run(cfg, run_id: str) -> tuple[RunDoc | None, str]:
     """One recorded run by its id: (the document, "") from the shared copy, else the node-local
     one when this host can see it; (None, why not) otherwise. The document must validate as a
     run of the node its id names, with that very id."""
@@ -442,7 +443,7 @@ def read_run(cfg, run_id: str) -> tuple[dict[str, Any] | None, str]:
     return None, "; ".join(problems)
 
 
-def read_shared(cfg, node: str) -> tuple[dict[str, Any] | None, str]:
+def read_shared(cfg, node: str) -> tuple[RunDoc | None, str]:
     """The controller's view of a node's last run: (run or None, problem or "")."""
     res = read_node(cfg, node)
     return res.run, res.problem

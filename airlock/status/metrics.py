@@ -19,6 +19,7 @@ prometheus_client is imported only when a file is written, never on the hook's p
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +52,7 @@ def _number(value: Any) -> float | None:
     return None
 
 
-def node_registry(node: str, runs: dict[str, dict[str, Any]]):
+def node_registry(node: str, runs: Mapping[str, Mapping[str, Any]]):
     """A registry with the node's metrics from the last run of each level."""
     from prometheus_client import CollectorRegistry, Gauge
 
@@ -102,7 +103,7 @@ def node_registry(node: str, runs: dict[str, dict[str, Any]]):
     return reg
 
 
-def write_node_textfile(cfg, node: str, runs: dict[str, dict[str, Any]],
+def write_node_textfile(cfg, node: str, runs: Mapping[str, Mapping[str, Any]],
                         folder: str | None = None) -> Path:
     return _write(Path(folder or _textfile_dir(cfg, node)) / NODE_FILE, node_registry(node, runs))
 
