@@ -150,7 +150,7 @@ def run_isolated(spec: registry.CheckSpec, ctx: Context, timeout: float,
         try:
             return Outcome(str(d["check"]), Verdict(d["verdict"]), str(d.get("detail", "")),
                            dict(d.get("figures") or {}), str(d.get("remediation", "")),
-                           d.get("timed_out") is True)
+                           d.get("timed_out") is True, str(d.get("finding") or ""))
         except (ValueError, KeyError, TypeError):
             pass
     tail = (err or out).strip().splitlines()
