@@ -285,3 +285,31 @@ def test_exactly_group_max_arrivals_form_one_group_and_one_more_splits(tmp_path)
         assert leader.form() is not None
         assert [sorted(g["members"]) for g in leader.groups] == groups, seen
         assert len(reads) == asked, seen
+
+
+def test_a_leader_that_announced_itself_and_died_is_taken_over(tmp_path, monkeypatch):
+    """Issue 25 item 3: aaa arrived first and died before assigning anyone. Its arrival stayed
+    first in every member's list, so the take-over never ran: bbb and ccc each gave up and
+    passed alone, with no group all-reduce. Once the leader is overdue (its window and a grace
+    past it), the first live arrival leads the rest, without the dead one."""
+    from airlock import batch as batch_mod
+
+    monkeypatch.setattr(batch_mod, "LEAD_GRACE_S", 1.0, raising=False)
+    seen: list[str] = []
+    names = ["aaa", "bbb", "ccc"]
+    batches = {n: make(tmp_path, n, seen) for n in names}
+    for n in names:
+        batches[n].arrive(f"20260101T000000-1-{n}")
+        time.sleep(0.02)
+    formed: dict[str, dict | None] = {}
+    threads = [threading.Thread(target=lambda n=n: formed.__setitem__(n, batches[n].form()))
+               for n in ("bbb", "ccc")]  # aaa never forms: it died
+    started = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert formed["bbb"] is not None and formed["ccc"] is not None, seen
+    assert formed["bbb"]["leader"] == "bbb" and formed["ccc"]["batch"] == formed["bbb"]["batch"]
+    assert sorted(formed["bbb"]["members"]) == ["bbb", "ccc"]
+    assert time.monotonic() - started < 10, "the take-over waited out the whole wait"
