@@ -179,3 +179,24 @@ def test_a_group_that_cannot_meet_is_inconclusive_for_every_member_by_type():
     crashed = {**base, "node": "bbb", "errors": {"1": "rendezvous: RuntimeError in a rank"}}
     answer = groupcheck.judge(crashed, 1, "", 0, 0.5, 2)
     assert answer["inconclusive"] is False and not answer["ok"], answer
+
+
+def test_a_controller_that_does_not_answer_is_typed_where_slurm_s_output_is_read(tmp_path):
+    """hooks/gate.py retried a drain while slurmctld did not answer by grepping the error's
+    words; the Slurm client now says so by type (SlurmUnreachable), the one place that reads
+    scontrol's output."""
+    from airlock.errors import SlurmUnreachable
+
+    down = _scontrol(tmp_path, 'echo "slurm_update error: Unable to contact slurm controller '
+                               '(connect failure)" >&2; exit 1')
+    with pytest.raises(SlurmUnreachable):
+        down.scontrol("update", "nodename=n1", "state=drain", "reason=x")
+    slow = _scontrol(tmp_path, "sleep 5")
+    slow.timeout = 0.3
+    with pytest.raises(SlurmUnreachable, match="timed out"):
+        slow.scontrol("show", "node", "n1")
+    refused = _scontrol(tmp_path, 'echo "slurm_update error: Invalid node state specified" >&2; '
+                                  "exit 1")
+    with pytest.raises(SlurmError) as exc:
+        refused.scontrol("update", "nodename=n1", "state=resume")
+    assert not isinstance(exc.value, SlurmUnreachable)
