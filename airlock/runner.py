@@ -51,8 +51,8 @@ def _error_outcome(name: str, exc: BaseException) -> Outcome:
         return inconclusive(name, f"not measured: {exc}"[:200])
     if isinstance(exc, AirlockError):
         return failed(name, str(exc))
-    if isinstance(exc, ModuleNotFoundError):
-        return failed(name, f"{exc.name} not installed")
+    if isinstance(exc, ModuleNotFoundError):  # Airlock's own install: nothing was measured
+        return inconclusive(name, f"not measured: {exc.name} not installed")
     return failed(name, f"error {type(exc).__name__}: {exc}"[:160])
 
 

@@ -30,6 +30,10 @@ def raises_slurm(ctx):
                      "controller (connect failure)")
 
 
+def needs_a_missing_module(ctx):
+    import airlock_no_such_module  # noqa: F401  (Airlock's own dependency, not installed)
+
+
 def timeout_word_then_pass(ctx):
     """A real measurement whose words happen to hold "timeout": a counter that moved once."""
     if ctx.attempt == 1:
@@ -46,7 +50,7 @@ def cfg(tmp_path):
     return config.from_dict({"state_dir": str(tmp_path / "state")})
 
 
-@pytest.mark.parametrize("target", ["raises_config", "raises_slurm"])
+@pytest.mark.parametrize("target", ["raises_config", "raises_slurm", "needs_a_missing_module"])
 def test_airlock_s_own_trouble_inside_a_check_is_inconclusive_not_a_fail(cfg, monkeypatch,
                                                                          target):
     _specs(monkeypatch, registry.CheckSpec("own", registry.ALL, f"{__name__}:{target}",
