@@ -219,6 +219,10 @@ def _run_confirmed(spec: registry.CheckSpec, ctx: Context, cfg, deadline: float 
         outcomes.append(outcome)
         if not outcome.failed or ctx.attempt > confirm or outcome.timed_out:
             break
+    if len(outcomes) > 1 and outcome.verdict is Verdict.ERROR:
+        # The confirmation measured nothing: the first failure stands unconfirmed, no verdict.
+        return inconclusive(spec.name, f"{outcome.detail}; first attempt: "
+                            f"{outcomes[0].detail}"[:200], **outcome.figures), len(outcomes)
     if len(outcomes) > 1 and not outcome.failed:
         first = outcomes[0]
         outcome = warned(spec.name, f"flaky: failed then passed ({first.detail})",

@@ -41,6 +41,12 @@ def timeout_word_then_pass(ctx):
     return passed("flappy", "no replay timeouts")
 
 
+def fails_then_cannot_measure(ctx):
+    if ctx.attempt == 1:
+        return failed("unconfirmed", "gpu3 12 mismatches")
+    raise SlurmError("scontrol show node: timed out after 3 s")
+
+
 def _specs(monkeypatch, *specs):
     monkeypatch.setattr(registry, "for_level", lambda level, only=None: list(specs))
 
@@ -66,6 +72,16 @@ def test_a_failure_whose_words_say_timeout_is_still_confirmed(cfg, monkeypatch):
                                            f"{__name__}:timeout_word_then_pass", timeout=5))
     (record,), _ = run_level(cfg, "n1", "quick")
     assert record["verdict"] == Verdict.WARN and record["attempts"] == 2, record
+
+
+def test_a_failure_its_confirmation_could_not_measure_is_not_flaky(cfg, monkeypatch):
+    """A confirmation that measured nothing neither confirms nor clears the first failure: the
+    check is inconclusive naming it, never "flaky: failed then passed" (a warning, a pass)."""
+    _specs(monkeypatch, registry.CheckSpec("unconfirmed", registry.ALL,
+                                           f"{__name__}:fails_then_cannot_measure", timeout=5))
+    (record,), _ = run_level(cfg, "n1", "quick")
+    assert record["verdict"] == Verdict.ERROR, record
+    assert "gpu3 12 mismatches" in record["detail"]
 
 
 def test_a_child_that_cannot_load_its_config_is_inconclusive(tmp_path):
