@@ -163,6 +163,25 @@ def test_a_member_whose_leader_left_no_secret_is_inconclusive(tmp_path):
     assert "secret" in answer["detail"]
 
 
+def test_a_member_launcher_that_airlock_itself_misconfigured_is_inconclusive(tmp_path):
+    """Arguments Airlock got wrong (here message sizes it cannot parse) measured nothing: the
+    launcher says so by its exit code, and the member is inconclusive, not failed."""
+    import os
+    import subprocess
+
+    from airlock import dist
+    from airlock.checks import groupcheck
+
+    argv = dist.worker_argv("127.0.0.1", 1, 2, 1, 1, node="bbb", timeout=5,
+                            faults="") + ["--sizes", "lots"]
+    env = {**os.environ, "AIRLOCK_CONFIG": str(tmp_path / "none")}
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
+    answer = groupcheck.judge(dist.parse_report(proc.stdout), proc.returncode, proc.stderr, 0,
+                              0.5, 5)
+    assert answer["inconclusive"] is True and "--sizes" in answer["detail"], (answer,
+                                                                            proc.stderr)
+
+
 @pytest.mark.parametrize("errno_", ["EACCES", "ESTALE", "ENOENT"])
 def test_a_secret_that_cannot_be_read_is_typed_where_it_is_read(tmp_path, monkeypatch, errno_):
     """root_squash (EACCES) or a stale NFS handle (ESTALE) on the batch secret: the member could
