@@ -19,6 +19,11 @@ class NodeNotFound(SlurmError):
     """Slurm does not know the node name."""
 
 
+class SlurmUnreachable(SlurmError):
+    """slurmctld did not answer (down, restarting, too slow), rather than refused: typed where
+    scontrol's output is read (airlock.slurm.client), so that callers decide by type."""
+
+
 class Unmeasured(AirlockError):
     """Airlock could not measure: its files or the shared directory, a secret, the rendezvous,
     a child it could not start. Raised where that happens; whoever catches it records no

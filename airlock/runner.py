@@ -51,8 +51,8 @@ def _error_outcome(name: str, exc: BaseException) -> Outcome:
         return inconclusive(name, f"not measured: {exc}"[:200])
     if isinstance(exc, AirlockError):
         return failed(name, str(exc))
-    if isinstance(exc, ModuleNotFoundError):
-        return failed(name, f"{exc.name} not installed")
+    if isinstance(exc, ModuleNotFoundError):  # Airlock's own install: nothing was measured
+        return inconclusive(name, f"not measured: {exc.name} not installed")
     return failed(name, f"error {type(exc).__name__}: {exc}"[:160])
 
 
@@ -150,7 +150,7 @@ def run_isolated(spec: registry.CheckSpec, ctx: Context, timeout: float,
         try:
             return Outcome(str(d["check"]), Verdict(d["verdict"]), str(d.get("detail", "")),
                            dict(d.get("figures") or {}), str(d.get("remediation", "")),
-                           d.get("timed_out") is True)
+                           d.get("timed_out") is True, str(d.get("finding") or ""))
         except (ValueError, KeyError, TypeError):
             pass
     tail = (err or out).strip().splitlines()
@@ -211,6 +211,10 @@ def _run_confirmed(spec: registry.CheckSpec, ctx: Context, cfg, deadline: float 
         outcomes.append(outcome)
         if not outcome.failed or ctx.attempt > confirm or outcome.timed_out:
             break
+    if len(outcomes) > 1 and outcome.verdict is Verdict.ERROR:
+        # The confirmation measured nothing: the first failure stands unconfirmed, no verdict.
+        return inconclusive(spec.name, f"{outcome.detail}; first attempt: "
+                            f"{outcomes[0].detail}"[:200], **outcome.figures), len(outcomes)
     if len(outcomes) > 1 and not outcome.failed:
         first = outcomes[0]
         outcome = warned(spec.name, f"flaky: failed then passed ({first.detail})",

@@ -23,16 +23,21 @@ class Verdict(StrEnum):
     ERROR = "error"
 
 
+# Outcome.finding of a FAIL that is a setting to fix, not the hardware (run document: the
+# check's record carries "finding": "config").
+CONFIG = "config"
+
+
 class Outcome:
     """A check's verdict. Frozen (a verdict is not edited after the fact; the figures dict is
     the check's own to fill), and a plain slotted class rather than a dataclass: every quick
     check returns one in the HealthCheckProgram, which must not pay for importing dataclasses."""
 
-    __slots__ = ("check", "verdict", "detail", "figures", "remediation", "timed_out")
+    __slots__ = ("check", "verdict", "detail", "figures", "remediation", "timed_out", "finding")
 
     def __init__(self, check: str, verdict: Verdict, detail: str = "",
                  figures: dict[str, Any] | None = None, remediation: str = "",
-                 timed_out: bool = False):
+                 timed_out: bool = False, finding: str = ""):
         set_ = object.__setattr__
         set_(self, "check", check)
         set_(self, "verdict", verdict)
@@ -42,6 +47,10 @@ class Outcome:
         # Set where the time ran out (the runner killed the check): what the runner decides on,
         # never the word "timeout" in a detail, which a measurement may hold too.
         set_(self, "timed_out", bool(timed_out))
+        # What a FAIL found, where the tool that measured says so itself: "" = the hardware;
+        # CONFIG = a setting on the node to fix (DCGM's DCGM_ERROR_CONFIG): the node is held,
+        # and recovery leaves it to an operator (never a reboot or a replacement).
+        set_(self, "finding", finding)
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"Outcome is frozen: cannot set {name}")
@@ -64,6 +73,8 @@ class Outcome:
                "figures": _copy(self.figures), "remediation": self.remediation}
         if self.timed_out:
             out["timed_out"] = True
+        if self.finding:
+            out["finding"] = self.finding
         return out
 
 

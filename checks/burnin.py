@@ -317,7 +317,7 @@ class _DeviceWorker(threading.Thread):
         try:
             self.result = self._run()
         except BaseException as exc:  # a device error is this device's verdict
-            what = "allocation failed" if _is_alloc_error(exc) else "error"
+            what = "allocation failed" if _is_alloc_error(exc, self.torch) else "error"
             msg = f"{what}: {type(exc).__name__}: {exc}".splitlines()[0][:120]
             self.result = DeviceRun(self.dev, self.model, self.dtype, error=msg)
 
@@ -389,8 +389,11 @@ def _stall(clock: Callable[[], float], seconds: float, busy: bool) -> None:
         pass
 
 
-def _is_alloc_error(exc: BaseException) -> bool:
-    return isinstance(exc, MemoryError) or "out of memory" in str(exc).lower()
+def _is_alloc_error(exc: BaseException, torch) -> bool:
+    """A failed allocation, by type (host MemoryError, torch's OutOfMemoryError), never by the
+    words of a message."""
+    oom = getattr(getattr(torch, "cuda", None), "OutOfMemoryError", None)
+    return isinstance(exc, MemoryError) or (oom is not None and isinstance(exc, oom))
 
 
 def _compare(torch, ref, other) -> tuple[int, tuple[int, int] | None]:

@@ -6,9 +6,20 @@ deep_level; 0 = not at that level), with AWS PCS's QUICK/MEDIUM/LONG (DCGM level
 model: standard (registration) runs level 2, deep runs level 3, the quick level none (the
 periodic hook's 30 s budget cannot hold even level 1 on every SKU).
 
-What is whose fault:
+What is whose fault, read from DCGM's own numeric classification of each finding where the
+document has it (4.x: error_severity, error_category, error_id; dcgm_errors.h), never from prose:
 * a test DCGM reports as Fail is the node's: FAIL, naming the GPU, the test and DCGM's message
   (a test listed in [dcgm] warn_tests only warns);
+* unless every finding of that Fail is one DCGM calls a configuration (severity
+  DCGM_ERROR_CONFIG, e.g. persistence mode disabled: id 29, category SOFTWARE_OTHER): the node
+  is held with a reason naming the setting, typed Outcome.finding = "config", which recovery
+  leaves to an operator (a reboot or a new node fixes no setting); one DCGM files as its own
+  internal trouble (category INTERNAL_OTHER) is inconclusive;
+* a hardware test (any outside the Deployment category) of which no result ran (every one
+  Skip or Not Run: DCGM gated the plugin off on this SKU) proves nothing: inconclusive, naming
+  the tests that never ran, so the suite lists dcgm as unseen, never a pass;
+* a document that carries a runtime_error did not finish: inconclusive, whatever results it
+  holds;
 * DCGM that hangs past its time, cannot reach its host engine, or answers with something that
   is not a result document did not look at the node: the check is inconclusive
   (Verdict.ERROR: Airlock's own trouble, retried, never a hardware verdict);
@@ -32,7 +43,16 @@ import json
 import os
 from typing import Any, NamedTuple
 
-from airlock.checks.base import Outcome, failed, inconclusive, passed, skipped, warned
+from airlock.checks.base import (
+    CONFIG,
+    Outcome,
+    Verdict,
+    failed,
+    inconclusive,
+    passed,
+    skipped,
+    warned,
+)
 
 CHECK = "dcgm"
 SEARCH_PATH = "/usr/bin:/usr/local/bin:/usr/sbin:/opt/nvidia/dcgm/bin"
@@ -46,6 +66,31 @@ class DcgmParseError(ValueError):
     """dcgmi's output is not a DCGM result document."""
 
 
+# DCGM's classification of a finding (dcgmlib/dcgm_errors.h, DCGM 4.x).
+SEVERITY_CONFIG = 5  # DCGM_ERROR_CONFIG: "This error can be configured"
+CATEGORY_INTERNAL = 16  # DCGM_FR_EC_INTERNAL_OTHER: DCGM's own trouble
+DEPLOYMENT = "deployment"  # the category of software/setup tests; every other one is hardware
+
+
+class Finding(NamedTuple):
+    """One warning of a result, with DCGM's numbers when the document has them (4.x)."""
+
+    text: str
+    error_id: int | None = None
+    severity: int | None = None
+    category: int | None = None
+
+    @property
+    def kind(self) -> str:
+        """"config" (a setting to fix), "internal" (DCGM's own trouble) or "hardware" (the
+        default: a finding without DCGM's numbers keeps its Fail, as before 4.x)."""
+        if self.severity == SEVERITY_CONFIG:
+            return "config"
+        if self.category == CATEGORY_INTERNAL:
+            return "internal"
+        return "hardware"
+
+
 class DiagResult(NamedTuple):
     """One test's result on one entity (a GPU, several GPUs in older shapes, or the node)."""
 
@@ -54,6 +99,16 @@ class DiagResult(NamedTuple):
     entity: str  # "gpu3", "gpu0,gpu1", "cpu0", "switch1", "" (node-wide)
     status: str  # pass, fail, warn, skip, not_run, or the raw word when unknown
     messages: tuple[str, ...] = ()
+    findings: tuple[Finding, ...] = ()
+
+    @property
+    def kind(self) -> str:
+        """What a Fail found, by DCGM's classification: hardware when any finding is (or none
+        is classified), else config when any is, else internal."""
+        kinds = {f.kind for f in self.findings}
+        if not kinds or "hardware" in kinds:
+            return "hardware"
+        return "config" if "config" in kinds else "internal"
 
 
 class Report(NamedTuple):
@@ -94,10 +149,10 @@ def parse(text: str) -> Report:
                 else None
             for res in entries:
                 results.append(DiagResult(name, category, _entity(res), _status(res.get("status")),
-                                          _messages(res)))
+                                          _messages(res), _findings(res)))
             if not entries and summary is not None:  # a test with only its summary
                 results.append(DiagResult(name, category, "", _status(summary.get("status")),
-                                          _messages(summary)))
+                                          _messages(summary), _findings(summary)))
     return Report(version, driver, tuple(results), _text(body.get("runtime_error")))
 
 
@@ -148,29 +203,74 @@ def _messages(res: dict[str, Any]) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _findings(res: dict[str, Any]) -> tuple[Finding, ...]:
+    out = []
+    for w in res.get("warnings") or ():
+        if isinstance(w, str) and w.strip():
+            out.append(Finding(" ".join(w.split())))
+        elif isinstance(w, dict):
+            text = w.get("warning") if isinstance(w.get("warning"), str) else w.get("warnings")
+            if isinstance(text, str) and text.strip():
+                out.append(Finding(" ".join(text.split()), _int(w.get("error_id")),
+                                   _int(w.get("error_severity")), _int(w.get("error_category"))))
+    return tuple(out)
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def never_ran(results: tuple[DiagResult, ...]) -> list[str]:
+    """Hardware tests (outside the Deployment category) with no result that ran: DCGM skipped
+    every one of them (a plugin gated off on this SKU, a test not run)."""
+    by_test: dict[str, set[str]] = {}
+    for r in results:
+        if r.category.lower() != DEPLOYMENT:
+            by_test.setdefault(r.test, set()).add(r.status)
+    return sorted(t for t, st in by_test.items() if st <= {"skip", "not_run"})
+
+
 # --- the verdict (pure) ----------------------------------------------------------------------
 def verdict(report: Report, level: int, warn_tests: list[str] | tuple[str, ...] = ()) -> Outcome:
     figures: dict[str, Any] = {"level": level, "version": report.version,
                                "driver": report.driver, "tests": {}}
     for r in report.results:
         figures["tests"].setdefault(r.test, {})[r.entity or "node"] = r.status
-    if report.runtime_error and not report.results:
-        return inconclusive(CHECK, f"DCGM did not run: {_short(report.runtime_error)}", **figures)
+    if report.runtime_error:  # did not run, or did not finish: what it holds is partial
+        what = "did not finish" if report.results else "did not run"
+        return inconclusive(CHECK, f"DCGM {what}: {_short(report.runtime_error)}", **figures)
     if not report.results:
         return inconclusive(CHECK, "DCGM reported no test results", **figures)
     fails = [r for r in report.results if r.status == "fail" and r.test not in warn_tests]
+    hardware = [r for r in fails if r.kind == "hardware"]
+    config = [r for r in fails if r.kind == "config"]
+    internal = [r for r in fails if r.kind == "internal"]
     soft = [r for r in report.results if r.status == "warn"
             or (r.status == "fail" and r.test in warn_tests)]
     unknown = [r for r in report.results if r.status not in STATUSES.values()]
-    figures["failed"] = [_line(r) for r in fails]
+    missing = never_ran(report.results)
+    figures["failed"] = [_line(r) for r in hardware]
     figures["warned"] = [_line(r) for r in soft]
-    if fails:
-        more = f" (+{len(fails) - 1} more)" if len(fails) > 1 else ""
-        return failed(CHECK, f"{_line(fails[0])}{more}", **figures)
+    if config:
+        figures["config"] = [_line(r) for r in config]
+    if missing:
+        figures["never_ran"] = missing
+    if hardware:
+        more = f" (+{len(hardware) - 1} more)" if len(hardware) > 1 else ""
+        return failed(CHECK, f"{_line(hardware[0])}{more}", **figures)
+    if config:  # hold the node, naming the setting; an operator's, never a reboot's
+        more = f" (+{len(config) - 1} more)" if len(config) > 1 else ""
+        return Outcome(CHECK, Verdict.FAIL, f"config: {_line(config[0])}{more}", figures,
+                       finding=CONFIG)
+    if internal:
+        return inconclusive(CHECK, f"DCGM's own trouble: {_line(internal[0])}", **figures)
     if unknown:
         r = unknown[0]
         return inconclusive(CHECK, f"DCGM status {r.status!r} of {r.test} not understood",
                             **figures)
+    if missing:
+        return inconclusive(CHECK, f"DCGM level {level}: {', '.join(missing)} never ran "
+                                   "(no result of theirs ran)", **figures)
     ran = [r for r in report.results if r.status in ("pass", "warn", "fail")]
     if not ran:
         why = next((m for r in report.results for m in r.messages), "")
@@ -266,7 +366,8 @@ def judge_run(ran: Ran, level: int, timeout: float,
     figures = dict(out.figures)
     if out.figures:
         figures.update(exit=ran.returncode, seconds=round(ran.seconds, 1))
-    return Outcome(out.check, out.verdict, out.detail, figures, out.remediation)
+    return Outcome(out.check, out.verdict, out.detail, figures, out.remediation,
+                   finding=out.finding)
 
 
 def level_for(section, level: str) -> int:

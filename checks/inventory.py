@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from airlock.checks.base import Outcome, failed, passed
+from airlock.checks.base import Outcome, failed, inconclusive, passed
 from airlock.checks.nvml_checks import snapshot_or_outcome
 from airlock.checks.registry import HEAVY
 from airlock.hw import profiles
@@ -78,8 +78,9 @@ def check_gpu_count(ctx) -> Outcome:
         facts = profiles.node_facts(ctx)
         if facts is None:
             why = ctx.slurm_facts_error or "no answer"
-            return failed("gpu_count", f"Slurm GRES unreadable: {why}"[:160], found=snap.count,
-                          expected=expected)
+            # Slurm could not say: nothing of the node was measured (closed, as Airlock's own)
+            return inconclusive("gpu_count", f"Slurm GRES unreadable: {why}"[:160],
+                                found=snap.count, expected=expected)
         gres = gres_gpus(facts.gres)
     return verdict_gpu_count(snap.count, expected, profile.name, gres, snap.models,
                              profile.models, pci)

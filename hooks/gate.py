@@ -26,7 +26,7 @@ import time
 
 from airlock import gate_machine, paths
 from airlock.config import loader as config_mod
-from airlock.errors import OwnError, SlurmError
+from airlock.errors import OwnError, SlurmError, SlurmUnreachable
 from airlock.hooks.common import Hook
 from airlock.hw import boot as boot_mod
 from airlock.records import proof as nodestate
@@ -108,10 +108,9 @@ def isolate_in_time(hook: Hook, level: str, trigger: str, current=None) -> str:
 
 
 def _unreachable(exc: SlurmError) -> bool:
-    """slurmctld did not answer (down, restarting, too slow), rather than refused."""
-    text = str(exc)
-    return "Unable to contact" in text or "timed out" in text or "Socket timed out" in text \
-        or "Connection refused" in text
+    """slurmctld did not answer (down, restarting, too slow), rather than refused: by type,
+    as the Slurm client read it."""
+    return isinstance(exc, SlurmUnreachable)
 
 
 def _spawn(cfg, node: str, run_id: str, trigger: str) -> int:

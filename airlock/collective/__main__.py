@@ -1,6 +1,6 @@
 """`python -m airlock.collective worker ...`: run this node's ranks and print the node report as one
 `AIRLOCK-DIST {json}` line (exit 0 done, 1 error, 3 timeout, 4 not measured: no secret, no
-rendezvous). See airlock.collective for the model."""
+rendezvous, arguments or a module of Airlock's own). See airlock.collective for the model."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from airlock.collective.params import (
 from airlock.collective.pattern import EXACT
 from airlock.collective.rendezvous import secret_from
 from airlock.config import loader as config_mod
-from airlock.errors import AirlockError, Unmeasured
+from airlock.errors import AirlockError, ConfigError, Unmeasured
 from airlock.hw import faults as faults_mod
 
 
@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         report = _worker(args)
-    except Unmeasured as exc:  # typed where it happened: say so by the exit code
+    except (Unmeasured, ConfigError, ModuleNotFoundError) as exc:  # say so by the exit code
         print(f"airlock.collective: {exc}", file=sys.stderr)
         return EXIT_UNMEASURED
     except Exception as exc:  # one line, never a traceback

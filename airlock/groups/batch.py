@@ -16,11 +16,11 @@ instead, which every node and the controller already use for results.
     <shared root>/.batches/<batch>/verdict.json           {bad, good, inconclusive, details,
                                                            tests, rounds}
 
-The earliest arrival whose window has closed leads: it takes every unassigned arrival of the
-window that Slurm lists, cuts them into groups of at most group_max (along the network's leaf
-switches or blocks when Slurm knows them: airlock.groups.topology), one batch folder per group, and
-drives airlock.groups.culprit's search in every group, round by round; a round's tests are disjoint
-and
+The earliest arrival whose window has closed leads (one that died before assigning anyone is
+passed over once overdue: live()): it takes every unassigned arrival of the window that Slurm
+lists, cuts them into groups of at most group_max (along the network's leaf switches or blocks
+when Slurm knows them: airlock.groups.topology), one batch folder per group, and drives
+airlock.groups.culprit's search in every group, round by round; a round's tests are disjoint and
 run side by side. Every member runs the rounds that name it. A member whose leader never assigns
 it proceeds alone (its local suite already passed).
 
@@ -74,6 +74,10 @@ SECRET = "secret"
 # starts (imports torch) before its own timeout runs, and writes its answer after.
 ROUND_MARGIN_S = 30.0
 POLL_S = 0.2
+# How long past its window the first arrival has to assign the others (a leader does it in
+# milliseconds); the i-th arrival has until the first's window plus i + 1 of these, so a dead
+# leader is passed over by the next arrival, and a live one is never raced.
+LEAD_GRACE_S = 5.0
 
 
 def _stderr(msg: str) -> None:
@@ -162,6 +166,26 @@ def verdict_problem(doc: Any, members: list[str]) -> str:
             not all(isinstance(k, str) and isinstance(v, str) for k, v in details.items()):
         return "details is not a table of text"
     return ""
+
+
+def live(arrivals: list[dict[str, Any]], node: str, window: float,
+         now: float) -> list[dict[str, Any]]:
+    """The unassigned arrivals (in order) less those ahead of node that are overdue as its
+    leader: the i-th had until the first's arrival, the window and (i + 1) LEAD_GRACE_S to
+    assign the others. An arrival still unassigned past that died before it could lead (a
+    live leader assigns itself with the rest), and leading past it is the take-over."""
+    if not arrivals:
+        return []
+    first = arrivals[0]["time"]
+    out = []
+    ahead = True
+    for i, a in enumerate(arrivals):
+        if a["node"] == node:
+            ahead = False
+        elif ahead and now > first + window + (i + 1) * LEAD_GRACE_S:
+            continue
+        out.append(a)
+    return out
 
 
 def definite_failure(result: dict[str, Any]) -> bool:
@@ -306,13 +330,15 @@ class Batch:
         arrivals = self._arrivals()
         if arrivals and arrivals[0]["node"] == self.node:
             return self._lead(arrivals)
-        end = min(time.monotonic() + self.window + 15, time.monotonic() + self.left())
+        wait = self.window + 15 + LEAD_GRACE_S * (len(arrivals) + 1)
+        end = time.monotonic() + min(wait, self.left())
         while time.monotonic() < end:
             members = self._assigned()
             if members is not None:
                 return members
-            # The would-be leader may have died before assigning anyone: take over.
-            arrivals = self._arrivals()
+            # The would-be leader may have died before assigning anyone: once every arrival
+            # ahead of this node is overdue, this node leads the rest, without them.
+            arrivals = live(self._arrivals(), self.node, self.window, time.time())
             if arrivals and arrivals[0]["node"] == self.node:
                 return self._lead(arrivals)
             time.sleep(0.3)

@@ -19,7 +19,7 @@ class CheckRecord(TypedDict):
     figures: dict[str, Any]
     remediation: str
     timed_out: NotRequired[bool]
-    kind: NotRequired[str]  # why it could not measure, when it could not (checks.base.Kind)
+    finding: NotRequired[str]  # "config": a setting on the node to fix (checks.base.CONFIG)
     duration_s: NotRequired[float]
     attempts: NotRequired[int]
     observe: NotRequired[bool]  # in observe mode: seen, never gating

@@ -23,7 +23,7 @@ ACTIONS = ("reboot", "replace")
 # else classifies nothing (a typo, or a name from another tool's vocabulary): a config error,
 # unless the policy lists it in other_checks.
 AIRLOCK_CHECKS = frozenset({c.name for c in CHECKS} | {GROUP_CHECK, "registration"})
-# The kinds a node's own run document gives its failed check (the check record's "kind"):
+# The kinds a node's own run document gives its failed check (the check record's "finding"):
 # "config" is a configuration finding (a setting on the node to fix, as DCGM classifies it).
 KINDS = ("config",)
 

@@ -33,7 +33,7 @@ from typing import Any
 
 import hostlist
 
-from airlock.errors import NodeNotFound, SlurmError
+from airlock.errors import NodeNotFound, SlurmError, SlurmUnreachable
 from airlock.slurm import reasons
 
 # Slurm releases the cluster suite runs against in CI (tests/cluster/conftest.py VARIANTS);
@@ -395,6 +395,10 @@ MIN_CALL_S = 0.2  # a call with less time than this left before the deadline is 
 # Invalid node name specified` (update), each a whole line.
 _UNKNOWN_NODE = re.compile(r"^(?!NodeName=)(Node \S.* not found|(\S+ error: )?Invalid node name "
                            r"specified)$")
+# Slurm's words when slurmctld did not answer (as opposed to refusing): read here, once, and
+# raised as SlurmUnreachable.
+_UNREACHABLE = re.compile(r"Unable to contact slurm controller|Socket timed out|timed out|"
+                          r"Connection refused")
 # (scontrol, SLURM_CONF) -> whether `scontrol --json` exists there; one question per process.
 _JSON_SUPPORT: dict[tuple[str, str], bool] = {}
 _UNKNOWN_OPTION = re.compile(r"unrecognized option|invalid option|unknown option", re.I)
@@ -473,7 +477,7 @@ class Slurm:
             proc = subprocess.run(argv, capture_output=True, timeout=limit, env=self.env(),
                                   stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired:
-            raise SlurmError(f"{tool} {' '.join(args[:2])}: timed out after {limit:.3g} s") \
+            raise SlurmUnreachable(f"{tool} {' '.join(args[:2])}: timed out after {limit:.3g} s") \
                 from None
         except OSError as exc:
             raise SlurmError(f"{tool}: cannot run: {exc.strerror}") from None
@@ -495,6 +499,8 @@ class Slurm:
             detail = msg[-1] if msg else f"exit {rc}"
             # Only Slurm's own lines for an unknown node (above) mean one: any other failure
             # that happens to say "not found" (a wrapper's missing tool) is Slurm's trouble.
+            if _UNREACHABLE.search(detail):
+                raise SlurmUnreachable(f"{tool} {' '.join(args[:2])}: {detail}")
             raise SlurmError(f"{tool} {' '.join(args[:2])}: {detail}")
         return stdout
 

@@ -159,7 +159,9 @@ def test_prolog_refuses_jobs_on_a_boot_without_proof(cluster_factory):
 
 
 # --- the config ----------------------------------------------------------------------------------
-@pytest.mark.parametrize("fault", ["broken", "missing"])
+# "typo": a key misspelt in a section only a check reads (issue 25): validated at load, it is
+# `FAIL config` like the others; before, it was link_flap's FAIL and drained proven nodes too.
+@pytest.mark.parametrize("fault", ["broken", "missing", "typo"])
 @pytest.mark.slurm_variants(*RELEASES)
 def test_config_fault_at_reboot_fails_closed_and_proven_nodes_keep_working(cluster_factory,
                                                                          fault):
@@ -170,6 +172,9 @@ def test_config_fault_at_reboot_fails_closed_and_proven_nodes_keep_working(clust
     if fault == "broken":
         c.set_airlock_config(good + "\n[slurm\n")
         problem = "invalid TOML"
+    elif fault == "typo":
+        c.set_airlock_config(good + "\n[flaps]\nmax_down = 3\n")
+        problem = "[flaps] unknown key 'max_down'"
     else:
         c.airlock_conf.unlink()  # the wrapper still names it in $AIRLOCK_CONFIG
         problem = "file not found"

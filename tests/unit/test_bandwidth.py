@@ -138,3 +138,15 @@ def test_every_outcome_is_recorded_under_its_own_check(tmp_path, check, name, no
     """The record's name is the outcome's: p2p's skip on a GPU-less node once said pcie_bw."""
     out = check(_ctx(tmp_path, cuda=cuda, node_gpus=node_gpus))
     assert out.check == name, out
+
+
+def test_the_pcie_floor_itself_passes_and_just_below_it_fails():
+    """Issue 25 item 11: a figure at the floor meets it (`<`, not `<=`), the floor is held in
+    both directions, and 0.1 GB/s below it fails."""
+    links = {i: pcie_bw.Link(5, 16, 5, 16) for i in range(2)}
+    at = [B("cuda:0", 0, 48.0, 48.0), B("cuda:1", 1, 48.0, 48.0)]
+    out = pcie_bw.verdict_pcie_bw(at, H100_FLOORS, links, 0.8, True, "cuda")
+    assert out.verdict is Verdict.PASS, out
+    for below in (B("cuda:1", 1, 47.9, 48.0), B("cuda:1", 1, 48.0, 47.9)):
+        out = pcie_bw.verdict_pcie_bw([at[0], below], H100_FLOORS, links, 0.8, True, "cuda")
+        assert out.failed and out.detail.startswith("gpu1 ") and "< 48" in out.detail, out

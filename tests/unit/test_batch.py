@@ -263,3 +263,56 @@ def test_group_rounds_end_within_the_suite_deadline(tmp_path):
     drains = slurm.updates()
     assert drains and "reason=airlock: FAIL suite not seen: group_allreduce" in drains[-1][-1], \
         drains
+
+
+def test_exactly_group_max_arrivals_form_one_group_and_one_more_splits(tmp_path):
+    """Issue 25 item 11: the boundary of [registration] group_max. A window of exactly group_max
+    nodes is one batch, and its leader reads no topology (a Slurm call it does not need); one
+    node more is cut into groups of at most group_max, along the topology."""
+    for names, groups, asked in ((["aaa", "bbb", "ccc"], [["aaa", "bbb", "ccc"]], 0),
+                                 (["aaa", "bbb", "ccc", "ddd"], [["aaa", "bbb"], ["ccc", "ddd"]],
+                                  1)):
+        root = tmp_path / f"w{len(names)}"
+        seen: list[str] = []
+        reads: list[int] = []
+
+        def topology(names=names, reads=reads):
+            reads.append(1)
+            return [names[:2], names[2:]]
+
+        batches = {n: make(root, n, seen, group_max=3, topology=topology) for n in names}
+        for n in names:
+            batches[n].arrive(f"20260101T000000-1-{n}")
+            time.sleep(0.02)
+        leader = batches[names[0]]
+        assert leader.form() is not None
+        assert [sorted(g["members"]) for g in leader.groups] == groups, seen
+        assert len(reads) == asked, seen
+
+
+def test_a_leader_that_announced_itself_and_died_is_taken_over(tmp_path, monkeypatch):
+    """Issue 25 item 3: aaa arrived first and died before assigning anyone. Its arrival stayed
+    first in every member's list, so the take-over never ran: bbb and ccc each gave up and
+    passed alone, with no group all-reduce. Once the leader is overdue (its window and a grace
+    past it), the first live arrival leads the rest, without the dead one."""
+    from airlock.groups import batch as batch_mod
+
+    monkeypatch.setattr(batch_mod, "LEAD_GRACE_S", 1.0, raising=False)
+    seen: list[str] = []
+    names = ["aaa", "bbb", "ccc"]
+    batches = {n: make(tmp_path, n, seen) for n in names}
+    for n in names:
+        batches[n].arrive(f"20260101T000000-1-{n}")
+        time.sleep(0.02)
+    formed: dict[str, dict | None] = {}
+    threads = [threading.Thread(target=lambda n=n: formed.__setitem__(n, batches[n].form()))
+               for n in ("bbb", "ccc")]  # aaa never forms: it died
+    started = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert formed["bbb"] is not None and formed["ccc"] is not None, seen
+    assert formed["bbb"]["leader"] == "bbb" and formed["ccc"]["batch"] == formed["bbb"]["batch"]
+    assert sorted(formed["bbb"]["members"]) == ["bbb", "ccc"]
+    assert time.monotonic() - started < 10, "the take-over waited out the whole wait"

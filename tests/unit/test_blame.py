@@ -30,11 +30,21 @@ def raises_slurm(ctx):
                      "controller (connect failure)")
 
 
+def needs_a_missing_module(ctx):
+    import airlock_no_such_module  # noqa: F401  (Airlock's own dependency, not installed)
+
+
 def timeout_word_then_pass(ctx):
     """A real measurement whose words happen to hold "timeout": a counter that moved once."""
     if ctx.attempt == 1:
         return failed("flappy", "PCIe replay timeout counter rose by 3")
     return passed("flappy", "no replay timeouts")
+
+
+def fails_then_cannot_measure(ctx):
+    if ctx.attempt == 1:
+        return failed("unconfirmed", "gpu3 12 mismatches")
+    raise SlurmError("scontrol show node: timed out after 3 s")
 
 
 def _specs(monkeypatch, *specs):
@@ -46,7 +56,7 @@ def cfg(tmp_path):
     return config.from_dict({"state_dir": str(tmp_path / "state")})
 
 
-@pytest.mark.parametrize("target", ["raises_config", "raises_slurm"])
+@pytest.mark.parametrize("target", ["raises_config", "raises_slurm", "needs_a_missing_module"])
 def test_airlock_s_own_trouble_inside_a_check_is_inconclusive_not_a_fail(cfg, monkeypatch,
                                                                          target):
     _specs(monkeypatch, registry.CheckSpec("own", registry.ALL, f"{__name__}:{target}",
@@ -62,6 +72,16 @@ def test_a_failure_whose_words_say_timeout_is_still_confirmed(cfg, monkeypatch):
                                            f"{__name__}:timeout_word_then_pass", timeout=5))
     (record,), _ = run_level(cfg, "n1", "quick")
     assert record["verdict"] == Verdict.WARN and record["attempts"] == 2, record
+
+
+def test_a_failure_its_confirmation_could_not_measure_is_not_flaky(cfg, monkeypatch):
+    """A confirmation that measured nothing neither confirms nor clears the first failure: the
+    check is inconclusive naming it, never "flaky: failed then passed" (a warning, a pass)."""
+    _specs(monkeypatch, registry.CheckSpec("unconfirmed", registry.ALL,
+                                           f"{__name__}:fails_then_cannot_measure", timeout=5))
+    (record,), _ = run_level(cfg, "n1", "quick")
+    assert record["verdict"] == Verdict.ERROR, record
+    assert "gpu3 12 mismatches" in record["detail"]
 
 
 def test_a_child_that_cannot_load_its_config_is_inconclusive(tmp_path):
@@ -143,6 +163,25 @@ def test_a_member_whose_leader_left_no_secret_is_inconclusive(tmp_path):
     assert "secret" in answer["detail"]
 
 
+def test_a_member_launcher_that_airlock_itself_misconfigured_is_inconclusive(tmp_path):
+    """Arguments Airlock got wrong (here message sizes it cannot parse) measured nothing: the
+    launcher says so by its exit code, and the member is inconclusive, not failed."""
+    import os
+    import subprocess
+
+    from airlock import collective as dist
+    from airlock.checks import groupcheck
+
+    argv = dist.worker_argv("127.0.0.1", 1, 2, 1, 1, node="bbb", timeout=5,
+                            faults="") + ["--sizes", "lots"]
+    env = {**os.environ, "AIRLOCK_CONFIG": str(tmp_path / "none")}
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
+    answer = groupcheck.judge(dist.parse_report(proc.stdout), proc.returncode, proc.stderr, 0,
+                              0.5, 5)
+    assert answer["inconclusive"] is True and "--sizes" in answer["detail"], (answer,
+                                                                            proc.stderr)
+
+
 @pytest.mark.parametrize("errno_", ["EACCES", "ESTALE", "ENOENT"])
 def test_a_secret_that_cannot_be_read_is_typed_where_it_is_read(tmp_path, monkeypatch, errno_):
     """root_squash (EACCES) or a stale NFS handle (ESTALE) on the batch secret: the member could
@@ -179,3 +218,24 @@ def test_a_group_that_cannot_meet_is_inconclusive_for_every_member_by_type():
     crashed = {**base, "node": "bbb", "errors": {"1": "rendezvous: RuntimeError in a rank"}}
     answer = groupcheck.judge(crashed, 1, "", 0, 0.5, 2)
     assert answer["inconclusive"] is False and not answer["ok"], answer
+
+
+def test_a_controller_that_does_not_answer_is_typed_where_slurm_s_output_is_read(tmp_path):
+    """hooks/gate.py retried a drain while slurmctld did not answer by grepping the error's
+    words; the Slurm client now says so by type (SlurmUnreachable), the one place that reads
+    scontrol's output."""
+    from airlock.errors import SlurmUnreachable
+
+    down = _scontrol(tmp_path, 'echo "slurm_update error: Unable to contact slurm controller '
+                               '(connect failure)" >&2; exit 1')
+    with pytest.raises(SlurmUnreachable):
+        down.scontrol("update", "nodename=n1", "state=drain", "reason=x")
+    slow = _scontrol(tmp_path, "sleep 5")
+    slow.timeout = 0.3
+    with pytest.raises(SlurmUnreachable, match="timed out"):
+        slow.scontrol("show", "node", "n1")
+    refused = _scontrol(tmp_path, 'echo "slurm_update error: Invalid node state specified" >&2; '
+                                  "exit 1")
+    with pytest.raises(SlurmError) as exc:
+        refused.scontrol("update", "nodename=n1", "state=resume")
+    assert not isinstance(exc.value, SlurmUnreachable)

@@ -280,3 +280,14 @@ def test_config_derives_timeout_and_rejects_bad_values():
                      ({"cpu_devices": 0}, "cpu_devices: must be > 0")):
         with pytest.raises(ConfigError, match=msg):
             config.from_dict({"burnin": bad}).burnin  # noqa: B018 - loading validates
+
+
+def test_an_allocation_failure_is_known_by_its_type_not_its_words():
+    """Issue 25: blame by type. torch names a failed device allocation by its class
+    (torch.cuda.OutOfMemoryError, MemoryError on the host); a kernel error that merely says
+    "out of memory" in its text is an error like any other."""
+    import torch
+
+    assert burnin._is_alloc_error(MemoryError("x"), torch)
+    assert burnin._is_alloc_error(torch.cuda.OutOfMemoryError("CUDA out of memory"), torch)
+    assert not burnin._is_alloc_error(RuntimeError("illegal address: out of memory map"), torch)

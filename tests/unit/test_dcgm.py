@@ -104,13 +104,73 @@ def test_what_is_not_a_verdict_is_inconclusive_never_a_pass():
             dcgm.parse(text)
 
 
-def test_every_test_skipped_is_a_skip_with_dcgms_reason():
+def test_every_hardware_test_skipped_is_inconclusive_naming_it():
+    """Issue 25 item 10: a level whose hardware tests all skipped looked at no hardware; main
+    called it a skip, which passes the node."""
     doc = json.loads(v4_document())
     for r in doc["DCGM Diagnostic"]["test_categories"][0]["tests"][0]["results"]:
         r.update(status="Skip", warnings=[{"warning": "Plugin is not allowed on this SKU",
                                            "error_id": 0}])
     out = dcgm.verdict(dcgm.parse(json.dumps(doc)), 2)
-    assert out.verdict is Verdict.SKIP and "Plugin is not allowed on this SKU" in out.detail
+    assert out.verdict is Verdict.ERROR and "diagnostic" in out.detail, out
+    assert out.figures["never_ran"] == ["diagnostic"]
+
+
+# --- DCGM 4.x as DCGM classifies its findings (recorded on a GB10 DGX Spark) ------------------
+GB10_L1 = "dcgm-4.2.3-gb10-level1-persistence.json"
+GATED = "dcgm-4.5.2-gb10-level2-plugins-gated.json"
+ALLOWED = "dcgm-4.5.2-gb10-level2-plugins-allowed.json"
+
+
+def test_4x_findings_carry_dcgm_s_numeric_classification():
+    (software,) = dcgm.parse(recorded(GB10_L1)).results
+    assert [(f.severity, f.category, f.error_id) for f in software.findings] == [(5, 8, 29)]
+    assert software.findings[0].kind == "config"
+
+
+def test_a_configuration_finding_holds_the_node_for_an_operator_not_as_hardware():
+    """Persistence mode disabled: DCGM_FR_PERSISTENCE_MODE (29), severity DCGM_ERROR_CONFIG (5),
+    category SOFTWARE_OTHER (8). main failed the node as hardware, and recovery rebooted and
+    replaced it; it is a setting to fix, typed (finding = "config") in the run document."""
+    out = dcgm.verdict(dcgm.parse(recorded(GB10_L1)), 1)
+    assert out.failed and out.finding == "config", out
+    assert out.detail.startswith("config: gpu0 software: Persistence Mode: Persistence mode for "
+                                 "GPU 0 is disabled"), out.detail
+    assert out.remediation == ""  # never a reboot
+    record = out.to_dict()
+    assert record["finding"] == "config" and record["verdict"] == "fail"
+
+
+def test_a_level_whose_plugins_dcgm_gated_off_is_not_a_pass():
+    """The same GB10 at level 2 without the plugins allowed: memory and pcie Skip, only the
+    deployment test ran. The config finding holds the node and names what never ran; with that
+    finding only warning, the level is inconclusive naming the tests that never ran."""
+    out = dcgm.verdict(dcgm.parse(recorded(GATED)), 2)
+    assert out.failed and out.finding == "config" and out.figures["never_ran"] == \
+        ["memory", "pcie"]
+    out = dcgm.verdict(dcgm.parse(recorded(GATED)), 2, ["software"])
+    assert out.verdict is Verdict.ERROR, out
+    assert out.detail == "DCGM level 2: memory, pcie never ran (no result of theirs ran)"
+    # allowed, the same tests ran and passed: the warning stands, nothing is unseen
+    out = dcgm.verdict(dcgm.parse(recorded(ALLOWED)), 2, ["software"])
+    assert out.verdict is Verdict.WARN and "never_ran" not in out.figures, out
+
+
+def test_a_document_with_results_and_a_runtime_error_is_inconclusive():
+    doc = json.loads(recorded(ALLOWED))
+    doc["DCGM Diagnostic"]["runtime_error"] = "Error: the diagnostic was interrupted"
+    out = dcgm.verdict(dcgm.parse(json.dumps(doc)), 2, ["software"])
+    assert out.verdict is Verdict.ERROR and "interrupted" in out.detail, out
+
+
+def test_gated_plugins_make_the_suite_list_dcgm_unseen(tmp_path, monkeypatch):
+    from airlock import finish
+
+    monkeypatch.setenv("FAKE_DCGMI", f"replay:{DATA / GATED}:226")
+    ctx = ctx_for(tmp_path, warn_tests=["software"])
+    records, _ = run_level(ctx.cfg, "n1", "standard", only=["dcgm"], ctx=ctx)
+    run = finish.summarize("n1", "standard", "test", records, time.time(), "")
+    assert run["verdict"] == "error" and run["unseen"] == ["dcgm"], run
 
 
 # --- the check, through the real subprocess path ----------------------------------------------
@@ -179,3 +239,17 @@ def test_config_is_validated():
     with pytest.raises(ConfigError, match="timeouts: need four"):
         config.from_dict({"dcgm": {"timeouts": [1, 2]}})
     assert config.from_dict({"dcgm": {"deep_level": 4}}).dcgm.check_timeout == 7230
+
+
+def test_recovery_reads_the_finding_dcgm_writes():
+    """The two ends of one field: the run document that a DCGM configuration finding makes
+    (checks.base.CONFIG in the failed check's record) is what recovery classifies as needing an
+    operator (recovery.service.failure_kind). Each side's own tests wrote the field its own way
+    ("finding" against "kind") until this test joined them."""
+    from airlock.finish import summarize
+    from airlock.recovery.service import failure_kind
+
+    out = dcgm.verdict(dcgm.parse(recorded(GB10_L1)), 1)
+    run = summarize("n1", "quick", "periodic", [out.to_dict()], started=0.0)
+    assert run["failed_check"] == "dcgm"
+    assert failure_kind(run) == ("dcgm", "config")

@@ -468,13 +468,15 @@ def gres_cfg(tmp_path, **slurm) -> config.Config:
 
 
 def test_registration_fails_closed_when_slurm_cannot_say_the_gres(tmp_path):
+    """Closed, as Airlock's own trouble (issue 25, blame by type): Slurm that cannot say the
+    GRES measured nothing of the node, so the check is inconclusive (the boot stays closed,
+    recovery never acts), never the node's FAIL."""
     empty = tmp_path / "no-slurm"
     empty.mkdir()
     records, _ = run_level(gres_cfg(tmp_path, bin_dir=str(empty)), "n1", "standard",
                            only=["gpu_count"])
-    assert records[0]["verdict"] == "fail", records
+    assert records[0]["verdict"] == "error", records
     assert records[0]["detail"].startswith("Slurm GRES unreadable: scontrol not found")
-    assert records[0]["attempts"] == 2  # asked again before it counted
 
 
 def test_registration_fails_closed_when_scontrol_is_slow(tmp_path):
@@ -482,7 +484,7 @@ def test_registration_fails_closed_when_scontrol_is_slow(tmp_path):
     fake.fail("show", mode="hang")  # a controller that never answers
     cfg = gres_cfg(tmp_path, bin_dir=fake.bin_dir, timeout=1.0)
     records, _ = run_level(cfg, "n1", "deep", only=["gpu_count"])
-    assert records[0]["verdict"] == "fail" and "Slurm GRES unreadable" in records[0]["detail"]
+    assert records[0]["verdict"] == "error" and "Slurm GRES unreadable" in records[0]["detail"]
     assert "timed out" in records[0]["detail"] or "timeout" in records[0]["detail"], records
 
 

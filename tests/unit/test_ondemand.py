@@ -127,3 +127,51 @@ def test_only_a_node_s_own_failure_drains_a_run_that_saw_less_is_inconclusive(tm
     _apply(Slurm(bin_dir=fake.bin_dir), targets, lambda _m: None)
     assert fake.updates() == [["nodename=n3", "state=drain",
                                "reason=airlock: FAIL gpu_count fail here"]]
+
+
+# --- the on-demand culprit path (issue 25 item 11: no unit test reached it) --------------------
+class _Collective:
+    """What GroupTester answers for a group: the all-reduce passes unless a bad node takes
+    part (the multi-node runs themselves are the cluster tests' job)."""
+
+    def __init__(self, bad: set[str]):
+        self.bad, self.runs = bad, []
+
+    def _one(self, nodes: list[str]) -> bool:
+        ok = not (set(nodes) & self.bad)
+        self.runs.append({"nodes": list(nodes), "ok": ok, "figures": {},
+                          "detail": "" if ok else "wrong sum", "own": {}})
+        return ok
+
+    def __call__(self, group: list[str]) -> bool:
+        return self._one(group)
+
+    def round(self, groups: list[list[str]]) -> list[bool]:
+        return [self._one(g) for g in groups]
+
+
+def _search(max_group_tests: int) -> tuple[dict[str, GroupTarget], _Collective]:
+    from airlock.ondemand import _one_group
+
+    cfg = config.from_dict({"ondemand": {"max_group_tests": max_group_tests}})
+    names = ["a", "b", "c", "d", "e", "f", "g", "h"]
+    targets = {n: GroupTarget(n, "127.0.0.1") for n in names}
+    tester = _Collective({"c"})
+    _one_group(cfg, tester, targets, names, lambda msg: None)
+    return targets, tester
+
+
+def test_the_on_demand_group_failure_finds_its_culprit_alone():
+    targets, tester = _search(32)
+    assert {n: t.group for n, t in targets.items()} == {
+        **{n: "pass" for n in "abdefgh"}, "c": "fail"}, tester.runs
+    c = targets["c"]
+    assert (c.status, c.failed_check) == ("fail", "group_allreduce")
+    assert c.detail.startswith("wrong sum (isolated in ")
+
+
+def test_ondemand_max_group_tests_bounds_the_search_and_blames_nobody_it_cut_short():
+    targets, tester = _search(3)
+    assert len(tester.runs) <= 3, tester.runs
+    assert targets["c"].group != "fail"  # not decided within the budget: never blamed
+    assert any(t.group == "inconclusive" for t in targets.values())

@@ -84,7 +84,7 @@ def test_the_service_leaves_a_node_failed_for_configuration_to_an_operator(tmp_p
     svc = Service(cfg, None, store, Provider(), Provider(), Journal(store, io.StringIO()),
                   clock=lambda: now[0])
     run = finish.summarize("n1", "quick", "periodic", [
-        {"check": "dcgm", "verdict": "fail", "kind": "config",
+        {"check": "dcgm", "verdict": "fail", "finding": "config",
          "detail": "persistence mode disabled on gpu0 (nvidia-smi -pm 1)", "figures": {}}],
         now[0])
     finish.record_run(cfg, "n1", run)
@@ -124,10 +124,10 @@ def test_the_kind_is_read_from_the_failed_checks_record_and_validated():
     from airlock.recovery.service import failure_kind
 
     run = {"failed_check": "dcgm", "checks": [
-        {"check": "nvml", "verdict": "pass", "kind": "config"},
-        {"check": "dcgm", "verdict": "fail", "kind": "config"}]}
+        {"check": "nvml", "verdict": "pass", "finding": "config"},
+        {"check": "dcgm", "verdict": "fail", "finding": "config"}]}
     assert failure_kind(run) == ("dcgm", "config")
     assert failure_kind({**run, "failed_check": "nvml"}) == ("nvml", "config")
-    assert failure_kind({**run, "checks": [{"check": "dcgm", "kind": "operator"}]}) == ("dcgm", "")
+    assert failure_kind({**run, "checks": [{"check": "dcgm", "finding": "operator"}]}) == ("dcgm", "")
     assert failure_kind({"failed_check": None, "checks": run["checks"]}) == ("", "")
     assert failure_kind({"failed_check": "dcgm", "checks": "x"}) == ("dcgm", "")

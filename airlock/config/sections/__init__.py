@@ -2,8 +2,9 @@
 
 Each key is a class attribute made with setting(), whose `doc` is the key's meaning: the one text
 behind `airlock render config` and docs/config.md (a test keeps the page equal to it). Each
-section validates itself in validate(); airlock.config.loader builds a section the first time it is
-used, so a process never pays for, or breaks on, a section it does not read.
+section validates itself in validate(); airlock.config.loader.load() builds and validates every
+section the file holds before any check runs (a typo anywhere is a config error, never a check's
+FAIL), and builds an absent one, from its defaults, when it is first used.
 
   node      what every node's hooks read: [slurm] [registration] [healthcheck] [nvml] [checks]
             [prolog] [epilog] [metrics]

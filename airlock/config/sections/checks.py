@@ -222,7 +222,8 @@ class ProfileSection(Section):
     gres: bool = setting(
         True,
         "at registration (standard, deep), compare the GPU count with the node's Slurm GRES (one "
-        'scontrol call); a GRES that cannot be read then fails `gpu_count`. The quick level never '
+        'scontrol call); a GRES that cannot be read leaves `gpu_count` inconclusive (the boot '
+        'stays closed, as Airlock\'s own trouble). The quick level never '
         'asks Slurm for it. NVIDIA GPUs on the PCI bus that NVML cannot see fail '
         '`nvml`/`gpu_count` whatever this says.')
     slurm_timeout: float = setting(
