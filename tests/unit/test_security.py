@@ -505,7 +505,9 @@ def test_standard_level_opens_no_listener_beyond_loopback(tmp_path):
     with ListenerWatch() as watch:
         records, _ = run_level(cfg, "n1", "standard")
     by_check = {r["check"]: r for r in records}
-    assert by_check["allreduce"]["verdict"] != "fail", by_check["allreduce"]
+    # It must have measured (a pass or a warning): an all-reduce that never ran opens no
+    # listener, and the watch below would prove nothing.
+    assert by_check["allreduce"]["verdict"] in ("pass", "warn"), by_check["allreduce"]
     assert watch.seen, "the watch saw no listener at all: it would not see an open one either"
     assert watch.exposed() == [], watch.seen
 
@@ -658,7 +660,8 @@ def test_dist_worker_cli_bad_input_is_one_line():
                           "--rank-offset", "0", "--local-ranks", "1", "--sizes", "x"],
                          capture_output=True, text=True, timeout=120,
                          env={**os.environ, "AIRLOCK_CONFIG": "/nonexistent"})
-    assert out.returncode == 1 and out.stderr.strip().count("\n") == 0, out.stderr
+    # Airlock's own bad arguments: not measured (EXIT_UNMEASURED), never a verdict on the node
+    assert out.returncode == 4 and out.stderr.strip().count("\n") == 0, out.stderr
     assert "not a list of sizes" in out.stderr and "Traceback" not in out.stderr
 
 
