@@ -10,9 +10,10 @@ address, meets the others (airlock.preflight.meet), runs the rounds, and:
   so Slurm requeues the job and it runs later on other nodes; user code never runs on this set;
 * pass: exit 0, the run stored with its timings;
 * inconclusive (the meeting never formed, a member came late, a secret could not be read, no
-  time left, or Airlock's own trouble here): nobody is drained; the job runs
-  ([preflight] on_inconclusive = "run"), and the run document (verdict "error", unseen
-  ["preflight"]) says the preflight did not see it.
+  time left, or Airlock's own trouble here): nobody is drained, and the run document (verdict
+  "error", unseen ["preflight"]) says the preflight did not see it. The job runs
+  ([preflight] on_inconclusive = "run"), or every member that saw nothing asks Slurm to requeue
+  and hold it ("hold"; the prolog still exits 0: a failed prolog would drain its node).
 
 Every exception is caught here: a preflight never turns Airlock's own trouble into a failed prolog.
 
@@ -115,8 +116,23 @@ def run(hook, job: Job) -> tuple[int, str]:
         return 1, f"FAIL preflight {decision.detail}: {how} ({took})"
     if decision.kind == judge_mod.PASS:
         return 0, f"preflight pass with {len(plan.members)} nodes in {took}"
+    if sec.on_inconclusive == "hold":
+        return 0, f"preflight did not see job {job.job_id} ({decision.detail}); " \
+                  f"{_hold(hook, job.job_id)} ({took})"
     return 0, f"preflight did not see job {job.job_id} ({decision.detail}); the job runs " \
               f"([preflight] on_inconclusive = {sec.on_inconclusive}) ({took})"
+
+
+def _hold(hook, job_id: str) -> str:
+    """Requeue the job held ([preflight] on_inconclusive = "hold"). Every member that saw
+    nothing asks; the first one's request holds it, the others' find it pending."""
+    from airlock.errors import SlurmError
+
+    try:
+        hook.slurm().scontrol("requeuehold", job_id)
+    except SlurmError as exc:
+        return f"could not hold the job ({exc})"
+    return "the job is requeued and held ([preflight] on_inconclusive = hold)"
 
 
 def _rounds(cfg, hook, plan, root, addr: str, doc: dict[str, Any], deadline: float,

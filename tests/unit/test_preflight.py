@@ -76,7 +76,7 @@ def test_preflight_section_is_validated_at_load():
                      ({"round_timeout": 0}, "round_timeout"),
                      ({"partitions": ["a b"]}, "partitions"),
                      ({"opt_in_comment": "two words"}, "opt_in_comment"),
-                     ({"on_inconclusive": "hold"}, "on_inconclusive")]:
+                     ({"on_inconclusive": "pause"}, "on_inconclusive")]:
         with pytest.raises(config_mod.ConfigError, match=rf"\[preflight\] {key}"):
             config_mod.from_dict({"preflight": bad})
 
