@@ -219,3 +219,17 @@ def test_a_preflight_that_never_met_drains_no_one_and_the_job_runs(fake_node, tm
     assert (run["verdict"], run["unseen"]) == ("error", ["preflight"])
     assert run["detail"] == "no meeting: 1 member(s) never arrived: n2"
     assert "preflight did not see job 7" in node.log("prolog")
+
+
+# --- doctor -----------------------------------------------------------------------------------
+def test_doctor_names_the_slurm_lines_a_preflight_needs():
+    from airlock.preflight import doctor
+
+    off = config_mod.from_dict({})
+    assert doctor.items({"PrologFlags": "(null)"}, off) == []  # nothing while it is off
+    on = config_mod.from_dict({"preflight": {"enabled": True}})  # budget 90 + prolog 10 + 8
+    got = doctor.items({"PrologFlags": "(null)", "PrologEpilogTimeout": "60"}, on)
+    assert [(s, n) for s, n, _ in got] == [("FAIL", "PrologFlags"), ("WARN", "preflight budget")]
+    got = doctor.items({"PrologFlags": "Contain,X11", "PrologEpilogTimeout": "120"}, on)
+    assert [s for s, _n, _d in got] == ["OK", "OK"]
+    assert doctor.items({"PrologFlags": "Alloc", "PrologEpilogTimeout": "65534"}, on)[1][0] == "OK"
