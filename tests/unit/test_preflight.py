@@ -233,3 +233,20 @@ def test_doctor_names_the_slurm_lines_a_preflight_needs():
     got = doctor.items({"PrologFlags": "Contain,X11", "PrologEpilogTimeout": "120"}, on)
     assert [s for s, _n, _d in got] == ["OK", "OK"]
     assert doctor.items({"PrologFlags": "Alloc", "PrologEpilogTimeout": "65534"}, on)[1][0] == "OK"
+
+
+def test_old_meeting_folders_are_swept_and_nothing_else(tmp_path):
+    import os
+
+    from airlock.preflight.meet import sweep
+
+    old = make_plan("41", "n[1-2]", "n1").batch_id
+    fresh = make_plan("42", "n[1-2]", "n1").batch_id
+    for name in (old, fresh, "batch-100-node1"):  # the last: a registration batch
+        (tmp_path / ".batches" / name).mkdir(parents=True)
+        (tmp_path / ".batches" / name / "members.json").write_text("{}")
+    os.utime(tmp_path / ".batches" / old, (0, time.time() - 7 * 3600))
+    os.utime(tmp_path / ".batches" / "batch-100-node1", (0, 0))
+    assert sweep(tmp_path) == [old]
+    assert sorted(p.name for p in (tmp_path / ".batches").iterdir()) == \
+        sorted(["batch-100-node1", fresh])
