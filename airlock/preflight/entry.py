@@ -91,7 +91,11 @@ def run(hook, job: Job) -> tuple[int, str]:
         t_met = t_coll
     decision = judge_mod.judge(node, verdict, missed[:200])
     timings = {"rendezvous": t_met - t0, "collective": t_coll - t_met}
-    totals = record.bump_totals(cfg, node, decision, time.monotonic() - t0)
+    try:
+        totals = record.bump_totals(cfg, node, decision, time.monotonic() - t0)
+    except OSError as exc:  # the totals are a figure: never a reason to spare a culprit's drain
+        hook.log(f"preflight totals not kept: {exc}")
+        totals = {}
     timings["judging"] = time.monotonic() - t_coll
     timings["added"] = time.monotonic() - t0
     doc_run = record.run_document(node, plan, job.job_id, decision, timings, started, totals,

@@ -250,3 +250,28 @@ def test_old_meeting_folders_are_swept_and_nothing_else(tmp_path):
     assert sweep(tmp_path) == [old]
     assert sorted(p.name for p in (tmp_path / ".batches").iterdir()) == \
         sorted(["batch-100-node1", fresh])
+
+
+def test_a_culprit_is_drained_even_when_its_totals_cannot_be_kept(fake_node, tmp_path,
+                                                                  monkeypatch):
+    """The meeting and the rounds are replaced by their outcome (they have tests of their own,
+    and the cluster tests run them for real); the rest is the prolog's: its Hook, the drain
+    through airlock.drains to a (fake) scontrol."""
+    from airlock.hooks.common import Hook
+    from airlock.preflight import entry
+
+    node = fake_node(extra=PREFLIGHT)
+    node.conf.write_text(f'shared_dir = "{tmp_path}/shared"\n' + node.conf.read_text())
+    (node.root / "state" / "preflight-totals.json").mkdir(parents=True)  # cannot be written
+    monkeypatch.setenv("AIRLOCK_CONFIG", str(node.conf))
+    hook = Hook("prolog", "n1", job="7")
+    hook.load_config()
+    monkeypatch.setattr(Meeting, "gather", lambda self: {"members": ["n1", "n2"]})
+    monkeypatch.setattr(entry, "_rounds", lambda *a, **k: {
+        "bad": ["n1"], "good": [], "inconclusive": [],
+        "details": {"n1": "rank 0 (n1) sent wrong data at 1 MiB"}})
+    rc, msg = entry.run(hook, Job("7", "n[1-2]", 2, "main", "", "", ""))
+    assert rc == 1, msg
+    drains = [u for u in node.slurm.updates() if "state=drain" in u]
+    assert drains and drains[-1][-1] == \
+        "reason=airlock: FAIL preflight rank 0 (n1) sent wrong data at 1 MiB (job 7)", drains
