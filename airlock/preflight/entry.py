@@ -54,7 +54,7 @@ def run(hook, job: Job) -> tuple[int, str]:
     from airlock.preflight import judge as judge_mod
     from airlock.preflight import record
     from airlock.preflight.meet import Meeting, Missed
-    from airlock.preflight.plan import PlanError, make_plan
+    from airlock.preflight.plan import make_plan
     from airlock.results import new_run_id
 
     cfg, node = hook.cfg, hook.node
@@ -82,9 +82,7 @@ def run(hook, job: Job) -> tuple[int, str]:
                           unreadable=faults.get("preflight_secret") == "unreadable")
     except Missed as exc:
         missed = str(exc)
-    except (PlanError, OSError, ValueError) as exc:  # typed where it happens: own trouble
-        missed = f"own error {type(exc).__name__}: {exc}"
-    except Exception as exc:  # a Slurm call, the batch code: own trouble all the same
+    except Exception as exc:  # a plan refused, a Slurm call, a file, the batch code: own trouble
         missed = f"own error {type(exc).__name__}: {exc}"
     t_coll = time.monotonic()
     if t_met == t0:
