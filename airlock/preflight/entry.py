@@ -7,7 +7,11 @@ address, meets the others (airlock.preflight.meet), runs the rounds, and:
 
 * a culprit (the batch blames it and its own answer failed): the run is stored and the node is
   drained through airlock.drains with `airlock: FAIL preflight <what> (job N)`; the prolog exits 1,
-  so Slurm requeues the job and it runs later on other nodes; user code never runs on this set;
+  so Slurm requeues the job and it runs later on other nodes;
+* a member that passed while the verdict blames another requeues the job itself
+  (`scontrol requeue`) before its prolog exits 0: Slurm 24.11 was seen starting the batch script
+  on the first node, whose prolog passed, before the culprit's failed prolog requeued the job;
+  a requeue while the prolog still runs keeps user code off the culprit's set;
 * pass: exit 0, the run stored with its timings;
 * inconclusive (the meeting never formed, a member came late, a secret could not be read, no
   time left, or Airlock's own trouble here): nobody is drained, and the run document (verdict
@@ -25,6 +29,7 @@ Fault switches for tests (airlock/faults.py's sources; read on the node itself):
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -33,6 +38,8 @@ from airlock.preflight.policy import Job, qualifies
 
 # Seconds kept back from the time Slurm gives the prolog, for the drain and the run document.
 SPARE_S = 8.0
+# How long a member that requeued a job with a culprit waits for slurmctld to show it queued.
+REQUEUE_WAIT_S = 10.0
 
 
 def in_prolog(hook, msg: str, env: Mapping[str, str] | None = None) -> tuple[int, str]:
@@ -64,6 +71,7 @@ def run(hook, job: Job) -> tuple[int, str]:
     rendezvous_by = min(t0 + sec.rendezvous_timeout, deadline)
     plan = None
     verdict: dict[str, Any] | None = None
+    blamed: list[str] = []
     missed = ""
     t_met = t0
     try:
@@ -76,10 +84,12 @@ def run(hook, job: Job) -> tuple[int, str]:
             raise Missed("no shared_dir: the members have nowhere to meet")
         addr = hook.slurm().node(node).address or "127.0.0.1"
         root = paths.shared_root(cfg.shared_dir)
-        doc = Meeting(root, plan, addr, started, rendezvous_by, hook.log).gather()
+        meeting = Meeting(root, plan, addr, started, rendezvous_by, hook.log)
+        doc = meeting.gather()
         t_met = time.monotonic()
         verdict = _rounds(cfg, hook, plan, root, addr, doc, deadline,
                           unreadable=faults.get("preflight_secret") == "unreadable")
+        blamed = meeting.culprits()
     except Missed as exc:
         missed = str(exc)
     except Exception as exc:  # a plan refused, a Slurm call, a file, the batch code: own trouble
@@ -116,6 +126,10 @@ def run(hook, job: Job) -> tuple[int, str]:
     took = f"{timings['added']:.2f}s"
     if culprit:
         return 1, f"FAIL preflight {decision.detail}: {how} ({took})"
+    others = [n for n in blamed if n != node]
+    if others:  # this member is not the culprit, another is: user code must not start here
+        return 0, f"preflight: {', '.join(others[:3])} failed; {_requeue(hook, job.job_id)} " \
+                  f"({decision.kind}, {took})"
     if decision.kind == judge_mod.PASS:
         return 0, f"preflight pass with {len(plan.members)} nodes in {took}"
     if sec.on_inconclusive == "hold":
@@ -123,6 +137,33 @@ def run(hook, job: Job) -> tuple[int, str]:
                   f"{_hold(hook, job.job_id)} ({took})"
     return 0, f"preflight did not see job {job.job_id} ({decision.detail}); the job runs " \
               f"([preflight] on_inconclusive = {sec.on_inconclusive}) ({took})"
+
+
+def _requeue(hook, job_id: str) -> str:
+    """Requeue the job whose preflight blamed another member (the culprit's failed prolog
+    requeues it too; whichever comes second finds it pending)."""
+    from airlock.errors import SlurmError
+
+    try:
+        hook.slurm().scontrol("requeue", job_id)
+    except SlurmError as exc:
+        if "pending" not in str(exc).lower():  # the culprit's failed prolog requeued it first
+            return f"could not requeue the job ({exc})"
+    # Exit only once slurmctld has the job back in the queue: the terminate it sends then
+    # reaches this node while its prolog still runs, before any batch launch here.
+    end = time.monotonic() + min(REQUEUE_WAIT_S, max(0.0, hook.time_left() - 1.0))
+    state = "?"
+    while time.monotonic() < end:
+        try:
+            text = hook.slurm().scontrol("-o", "show", "job", job_id)
+        except SlurmError:
+            text = ""
+        m = re.search(r"\bJobState=(\S+)", text)
+        state = m.group(1) if m else "?"
+        if state not in ("RUNNING", "CONFIGURING", "?"):
+            return f"the job is requeued ({state})"
+        time.sleep(0.2)
+    return f"requeue asked, the job still {state} after {REQUEUE_WAIT_S:g}s"
 
 
 def _hold(hook, job_id: str) -> str:

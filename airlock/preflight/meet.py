@@ -155,6 +155,18 @@ class Meeting:
             raise Missed(f"cannot write the meeting: {exc}") from None
         return doc
 
+    def culprits(self) -> list[str]:
+        """The members the leader's verdict blames (airlock.batch's verdict.json); [] when there
+        is none or it is not a valid verdict of this meeting."""
+        try:
+            with self._dir() as d:
+                doc = d.read_json("verdict.json")
+        except (OSError, ValueError):
+            return []
+        if batch_mod.verdict_problem(doc, self.plan.members):
+            return []
+        return list(doc.get("bad", []))
+
     def _follow(self) -> dict[str, Any]:
         seen = ""
         while True:

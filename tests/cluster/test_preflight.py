@@ -131,6 +131,9 @@ def test_a_culprit_is_drained_and_the_job_runs_later_on_healthy_nodes(cluster):
                             250, "node3 drained by its preflight")
         assert node.reason.startswith("airlock: FAIL preflight "), node.reason
         assert "(node3) sent wrong data" in node.reason and f"(job {job})" in node.reason
+        # The members that passed requeued the job themselves before their prologs ended.
+        log = (cluster.root / "airlock" / "log" / "node1" / "prolog.log").read_text()
+        assert "node3 failed; the job is requeued" in log, log[-2000:]
         _done(cluster, job, 250)
         lines = ran.read_text().split()
         assert lines == ["node[1-2,4]"], lines  # user code never ran on a set with node3
