@@ -140,20 +140,22 @@ def run(hook, job: Job) -> tuple[int, str]:
 
 
 def _requeue(hook, job_id: str) -> str:
-    """Requeue the job whose preflight blamed another member (the culprit's failed prolog
-    requeues it too; whichever comes second finds it pending)."""
+    """Requeue the job whose preflight blamed another member, and return only once slurmctld
+    shows it back in the queue (the terminate it sends then reaches this node while its prolog
+    still runs, before any batch launch here). The culprit's failed prolog may requeue it first:
+    the job's state says so, not the refusal's text. A refused or unanswered request is asked
+    again until REQUEUE_WAIT_S (slurmctld restarting)."""
     from airlock.errors import SlurmError
 
-    try:
-        hook.slurm().scontrol("requeue", job_id)
-    except SlurmError as exc:
-        if "pending" not in str(exc).lower():  # the culprit's failed prolog requeued it first
-            return f"could not requeue the job ({exc})"
-    # Exit only once slurmctld has the job back in the queue: the terminate it sends then
-    # reaches this node while its prolog still runs, before any batch launch here.
     end = time.monotonic() + min(REQUEUE_WAIT_S, max(0.0, hook.time_left() - 1.0))
-    state = "?"
-    while time.monotonic() < end:
+    asked, problem, state = False, "", "?"
+    while True:
+        if not asked:
+            try:
+                hook.slurm().scontrol("requeue", job_id)
+                asked = True
+            except SlurmError as exc:
+                problem = f"; requeue: {exc}"
         try:
             text = hook.slurm().scontrol("-o", "show", "job", job_id)
         except SlurmError:
@@ -162,8 +164,9 @@ def _requeue(hook, job_id: str) -> str:
         state = m.group(1) if m else "?"
         if state not in ("RUNNING", "CONFIGURING", "?"):
             return f"the job is requeued ({state})"
+        if time.monotonic() >= end:
+            return f"the job is still {state} after {REQUEUE_WAIT_S:g}s{problem}"
         time.sleep(0.2)
-    return f"requeue asked, the job still {state} after {REQUEUE_WAIT_S:g}s"
 
 
 def _hold(hook, job_id: str) -> str:
