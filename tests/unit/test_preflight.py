@@ -275,3 +275,17 @@ def test_a_culprit_is_drained_even_when_its_totals_cannot_be_kept(fake_node, tmp
     drains = [u for u in node.slurm.updates() if "state=drain" in u]
     assert drains and drains[-1][-1] == \
         "reason=airlock: FAIL preflight rank 0 (n1) sent wrong data at 1 MiB (job 7)", drains
+
+
+def test_the_members_that_passed_learn_the_culprits_only_from_this_meeting_s_verdict(tmp_path):
+    plan = make_plan("42", "n[1-3]", "n1")
+    m = Meeting(tmp_path, plan, "127.0.0.1", time.time(), time.monotonic() + 5, lambda s: None)
+    folder = tmp_path / ".batches" / plan.batch_id
+    folder.mkdir(parents=True)
+    assert m.culprits() == []  # no verdict yet
+    (folder / "verdict.json").write_text(json.dumps(
+        {"bad": ["n3"], "good": ["n1", "n2"], "inconclusive": [], "details": {}}))
+    assert m.culprits() == ["n3"]
+    (folder / "verdict.json").write_text(json.dumps(
+        {"bad": ["n9"], "good": [], "inconclusive": [], "details": {}}))
+    assert m.culprits() == []  # blames a node outside the allocation: not this meeting's
