@@ -23,6 +23,7 @@ from airlock.config import loader as config_mod
 from airlock.errors import AirlockError
 from airlock.hw import boot, nvml
 from airlock.paths import node_dir, shared_node_dir
+from airlock.preflight import doctor as preflight_doctor
 from airlock.records import incidents
 from airlock.records import proof as nodestate
 from airlock.recovery.providers.http import token_file_problem
@@ -485,6 +486,7 @@ def run(config_path: str | None, node: str, torch_check: bool = True) -> list[It
         budget = cfg.healthcheck.budget if cfg is not None else 30.0
         items += check_interval(conf, budget)
         items += check_mechanisms(conf, budget)
+        items += [Item(*line) for line in preflight_doctor.items(conf, cfg)]
     if cfg is not None:
         items += check_node_state(cfg, node)
         items += check_nvml(cfg, node)

@@ -10,7 +10,9 @@ together from their prologs, and only a culprit is drained (docs/guide.md, "Job 
            batch
   judge    one member's outcome from the batch's verdict (pure): pass, culprit or inconclusive
   record   the run document, its timings and the running totals for the metrics
-  run      the prolog's entry: the above in order, inside the budget
+  entry    the prolog's one call: the above in order, inside the budget; then the drain of a
+           culprit, the requeue by the members that passed, or the inconclusive policy
+  doctor   what `airlock doctor` says of the Slurm settings a preflight needs (pure)
 
-The prolog imports only policy (and plan with it) until a job qualifies.
+The prolog imports only entry and policy until a job qualifies.
 """

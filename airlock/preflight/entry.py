@@ -8,12 +8,17 @@ address, meets the others (airlock.preflight.meet), runs the rounds, and:
 * a culprit (the batch blames it and its own answer failed): the run is stored and the node is
   drained through airlock.slurm.drains with `airlock: FAIL preflight <what> (job N)`; the prolog
   exits 1,
-  so Slurm requeues the job and it runs later on other nodes; user code never runs on this set;
+  so Slurm requeues the job and it runs later on other nodes;
+* a member that passed while the verdict blames another requeues the job itself
+  (`scontrol requeue`) before its prolog exits 0: Slurm 24.11 was seen starting the batch script
+  on the first node, whose prolog passed, before the culprit's failed prolog requeued the job;
+  a requeue while the prolog still runs keeps user code off the culprit's set;
 * pass: exit 0, the run stored with its timings;
 * inconclusive (the meeting never formed, a member came late, a secret could not be read, no
-  time left, or Airlock's own trouble here): nobody is drained; the job runs
-  ([preflight] on_inconclusive = "run"), and the run document (verdict "error", unseen
-  ["preflight"]) says the preflight did not see it.
+  time left, or Airlock's own trouble here): nobody is drained, and the run document (verdict
+  "error", unseen ["preflight"]) says the preflight did not see it. The job runs
+  ([preflight] on_inconclusive = "run"), or every member that saw nothing asks Slurm to requeue
+  and hold it ("hold"; the prolog still exits 0: a failed prolog would drain its node).
 
 Every exception is caught here: a preflight never turns Airlock's own trouble into a failed prolog.
 
@@ -25,6 +30,7 @@ Fault switches for tests (airlock/hw/faults.py's sources; read on the node itsel
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -33,6 +39,8 @@ from airlock.preflight.policy import Job, qualifies
 
 # Seconds kept back from the time Slurm gives the prolog, for the drain and the run document.
 SPARE_S = 8.0
+# How long a member that requeued a job with a culprit waits for slurmctld to show it queued.
+REQUEUE_WAIT_S = 10.0
 
 
 def in_prolog(hook, msg: str, env: Mapping[str, str] | None = None) -> tuple[int, str]:
@@ -54,7 +62,7 @@ def run(hook, job: Job) -> tuple[int, str]:
     from airlock.preflight import judge as judge_mod
     from airlock.preflight import record
     from airlock.preflight.meet import Meeting, Missed
-    from airlock.preflight.plan import PlanError, make_plan
+    from airlock.preflight.plan import make_plan
     from airlock.records.results import new_run_id
 
     cfg, node = hook.cfg, hook.node
@@ -64,6 +72,7 @@ def run(hook, job: Job) -> tuple[int, str]:
     rendezvous_by = min(t0 + sec.rendezvous_timeout, deadline)
     plan = None
     verdict: dict[str, Any] | None = None
+    blamed: list[str] = []
     missed = ""
     t_met = t0
     try:
@@ -76,22 +85,26 @@ def run(hook, job: Job) -> tuple[int, str]:
             raise Missed("no shared_dir: the members have nowhere to meet")
         addr = hook.slurm().node(node).address or "127.0.0.1"
         root = paths.shared_root(cfg.shared_dir)
-        doc = Meeting(root, plan, addr, started, rendezvous_by, hook.log).gather()
+        meeting = Meeting(root, plan, addr, started, rendezvous_by, hook.log)
+        doc = meeting.gather()
         t_met = time.monotonic()
         verdict = _rounds(cfg, hook, plan, root, addr, doc, deadline,
                           unreadable=faults.get("preflight_secret") == "unreadable")
+        blamed = meeting.culprits()
     except Missed as exc:
         missed = str(exc)
-    except (PlanError, OSError, ValueError) as exc:  # typed where it happens: own trouble
-        missed = f"own error {type(exc).__name__}: {exc}"
-    except Exception as exc:  # a Slurm call, the batch code: own trouble all the same
+    except Exception as exc:  # a plan refused, a Slurm call, a file, the batch code: own trouble
         missed = f"own error {type(exc).__name__}: {exc}"
     t_coll = time.monotonic()
     if t_met == t0:
         t_met = t_coll
     decision = judge_mod.judge(node, verdict, missed[:200])
     timings = {"rendezvous": t_met - t0, "collective": t_coll - t_met}
-    totals = record.bump_totals(cfg, node, decision, time.monotonic() - t0)
+    try:
+        totals = record.bump_totals(cfg, node, decision, time.monotonic() - t0)
+    except OSError as exc:  # the totals are a figure: never a reason to spare a culprit's drain
+        hook.log(f"preflight totals not kept: {exc}")
+        totals = {}
     timings["judging"] = time.monotonic() - t_coll
     timings["added"] = time.monotonic() - t0
     doc_run = record.run_document(node, plan, job.job_id, decision, timings, started, totals,
@@ -114,10 +127,59 @@ def run(hook, job: Job) -> tuple[int, str]:
     took = f"{timings['added']:.2f}s"
     if culprit:
         return 1, f"FAIL preflight {decision.detail}: {how} ({took})"
+    others = [n for n in blamed if n != node]
+    if others:  # this member is not the culprit, another is: user code must not start here
+        return 0, f"preflight: {', '.join(others[:3])} failed; {_requeue(hook, job.job_id)} " \
+                  f"({decision.kind}, {took})"
     if decision.kind == judge_mod.PASS:
         return 0, f"preflight pass with {len(plan.members)} nodes in {took}"
+    if sec.on_inconclusive == "hold":
+        return 0, f"preflight did not see job {job.job_id} ({decision.detail}); " \
+                  f"{_hold(hook, job.job_id)} ({took})"
     return 0, f"preflight did not see job {job.job_id} ({decision.detail}); the job runs " \
               f"([preflight] on_inconclusive = {sec.on_inconclusive}) ({took})"
+
+
+def _requeue(hook, job_id: str) -> str:
+    """Requeue the job whose preflight blamed another member, and return only once slurmctld
+    shows it back in the queue (the terminate it sends then reaches this node while its prolog
+    still runs, before any batch launch here). The culprit's failed prolog may requeue it first:
+    the job's state says so, not the refusal's text. A refused or unanswered request is asked
+    again until REQUEUE_WAIT_S (slurmctld restarting)."""
+    from airlock.errors import SlurmError
+
+    end = time.monotonic() + min(REQUEUE_WAIT_S, max(0.0, hook.time_left() - 1.0))
+    asked, problem, state = False, "", "?"
+    while True:
+        if not asked:
+            try:
+                hook.slurm().scontrol("requeue", job_id)
+                asked = True
+            except SlurmError as exc:
+                problem = f"; requeue: {exc}"
+        try:
+            text = hook.slurm().scontrol("-o", "show", "job", job_id)
+        except SlurmError:
+            text = ""
+        m = re.search(r"\bJobState=(\S+)", text)
+        state = m.group(1) if m else "?"
+        if state not in ("RUNNING", "CONFIGURING", "?"):
+            return f"the job is requeued ({state})"
+        if time.monotonic() >= end:
+            return f"the job is still {state} after {REQUEUE_WAIT_S:g}s{problem}"
+        time.sleep(0.2)
+
+
+def _hold(hook, job_id: str) -> str:
+    """Requeue the job held ([preflight] on_inconclusive = "hold"). Every member that saw
+    nothing asks; the first one's request holds it, the others' find it pending."""
+    from airlock.errors import SlurmError
+
+    try:
+        hook.slurm().scontrol("requeuehold", job_id)
+    except SlurmError as exc:
+        return f"could not hold the job ({exc})"
+    return "the job is requeued and held ([preflight] on_inconclusive = hold)"
 
 
 def _rounds(cfg, hook, plan, root, addr: str, doc: dict[str, Any], deadline: float,

@@ -14,12 +14,15 @@ a document naming anyone else is refused. The leader starts the rounds only once
 announced itself; a member missing at rendezvous_timeout leaves the preflight inconclusive for
 everyone (nobody measured anything). The same job may meet again on the same nodes (requeued for
 another reason): documents older than this meeting's start are stale and ignored, and the leader
-clears the folder's old rounds before it writes the new members.
+clears the folder's old rounds before it writes the new members. Every qualifying job leaves a
+folder, so each leader also removes the meeting folders nobody has touched for STALE_S.
 """
 
 from __future__ import annotations
 
 import math
+import os
+import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -29,6 +32,31 @@ from airlock.paths import SafeDir
 from airlock.preflight.plan import Plan
 
 POLL_S = 0.1
+# A meeting folder untouched this long is over: a preflight ends within its budget.
+STALE_S = 6 * 3600.0
+MEETING_ID = re.compile(r"batch-[0-9]{1,12}-preflight\.r[0-9]{1,5}\.[0-9a-f]{8}")
+
+
+def sweep(shared_root, now: float | None = None, keep_s: float = STALE_S) -> list[str]:
+    """Remove the preflight meeting folders untouched for keep_s (their regular files, then the
+    folder); registration batches, links and anything else are left alone."""
+    now = time.time() if now is None else now
+    gone = []
+    with SafeDir.open(shared_root, [batch_mod.ROOT]) as root:
+        for name in root.dirs():
+            if not MEETING_ID.fullmatch(name):
+                continue
+            try:
+                if now - os.stat(name, dir_fd=root.fd, follow_symlinks=False).st_mtime < keep_s:
+                    continue
+                with root.sub(name) as d:
+                    for f in d.files():
+                        d.unlink(f)
+                os.rmdir(name, dir_fd=root.fd)
+            except OSError:
+                continue  # something else in it, or raced: left for the next sweep
+            gone.append(name)
+    return gone
 
 
 def arrival_problem(doc: Any, node: str, since: float) -> str:
@@ -90,6 +118,10 @@ class Meeting:
         return self._lead() if self.plan.leading else self._follow()
 
     def _lead(self) -> dict[str, Any]:
+        try:
+            sweep(self.shared_root)
+        except OSError as exc:  # housekeeping: never a reason to miss the meeting
+            self.report(f"old meeting folders not swept: {exc}")
         addrs: dict[str, str] = {}
         while True:
             try:
@@ -123,6 +155,19 @@ class Meeting:
         except OSError as exc:
             raise Missed(f"cannot write the meeting: {exc}") from None
         return doc
+
+    def culprits(self) -> list[str]:
+        """The members the leader's verdict blames (airlock.groups.batch's verdict.json); [] when
+        there
+        is none or it is not a valid verdict of this meeting."""
+        try:
+            with self._dir() as d:
+                doc = d.read_json("verdict.json")
+        except (OSError, ValueError):
+            return []
+        if batch_mod.verdict_problem(doc, self.plan.members):
+            return []
+        return list(doc.get("bad", []))
 
     def _follow(self) -> dict[str, Any]:
         seen = ""

@@ -394,9 +394,10 @@ class NodeDocument(NamedTuple):
 
 def failure_kind(run: dict) -> tuple[str, str]:
     """(failed check, its kind) of a run document: the kind is the failed check's record's
-    "finding" field (policy.KINDS, e.g. "config" for a configuration finding: checks.base.CONFIG),
-    set where the finding is classified. The document is the node's own, from the shared directory: input,
-    so anything but a known kind is no kind (the failure is then the node's, as before)."""
+    "finding" field (policy.KINDS, e.g. "config" for a configuration finding:
+    checks.base.CONFIG), set where the finding is classified. The document is the node's own,
+    from the shared directory: input, so anything but a known kind is no kind (the failure is
+    then the node's, as before)."""
     check = run.get("failed_check") if isinstance(run, dict) else None
     if not isinstance(check, str) or not check:
         return "", ""

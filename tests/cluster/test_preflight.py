@@ -22,6 +22,11 @@ AIRLOCK = {
 SLURM = {"PrologFlags": "Alloc", "PrologEpilogTimeout": "300"}
 
 
+# Every release: what slurmd gives the prolog (its environment, PrologFlags=Alloc, the requeue
+# of a job whose prolog failed) is what differs between them.
+pytestmark = pytest.mark.slurm_variants("22.05", "24.11", "26.05")
+
+
 @pytest.fixture(scope="module")
 def cluster(slurm_variant):
     with running_cluster(slurm_variant, nodes=NODES, health_interval=3600, airlock=AIRLOCK,
@@ -78,6 +83,30 @@ def test_one_member_s_prolog_late_past_the_rendezvous_drains_no_one(cluster):
         cluster.set_node_sim("node2", faults={})
 
 
+def test_a_site_that_holds_unseen_jobs_gets_the_job_held_and_no_node_drained(cluster):
+    marker = cluster.root / "jobs" / "held-ran"
+    marker.parent.mkdir(exist_ok=True)
+    cluster.airlock_extra = {**AIRLOCK, "preflight": {**AIRLOCK["preflight"],
+                                                      "on_inconclusive": "hold"}}
+    cluster.write_airlock_config()
+    cluster.set_node_sim("node2", faults={"preflight_delay": "25"})
+    job = None
+    try:
+        job = cluster.sbatch(f"touch {marker}", "-N2", "-w", "node[1-2]")
+        info = cluster.wait(lambda: (lambda j: j if j.get("JobState") == "PENDING"
+                                     and int(j.get("Restarts", 0)) >= 1 else None)
+                            (cluster.job(job)), 200, "job requeued")
+        assert info.get("Priority") == "0" or "held" in info.get("Reason", "").lower(), info
+        assert not marker.exists()  # user code never ran on the unseen set
+        _nobody_drained(cluster)
+    finally:
+        cluster.set_node_sim("node2", faults={})
+        cluster.airlock_extra = AIRLOCK
+        cluster.write_airlock_config()
+        if job is not None:
+            cluster.run(["scancel", str(job)], check=False)
+
+
 def test_a_secret_unreadable_on_one_node_drains_no_one(cluster):
     cluster.set_node_sim("node2", faults={"preflight_secret": "unreadable"})
     try:
@@ -102,6 +131,9 @@ def test_a_culprit_is_drained_and_the_job_runs_later_on_healthy_nodes(cluster):
                             250, "node3 drained by its preflight")
         assert node.reason.startswith("airlock: FAIL preflight "), node.reason
         assert "(node3) sent wrong data" in node.reason and f"(job {job})" in node.reason
+        # The members that passed requeued the job themselves before their prologs ended.
+        log = (cluster.root / "airlock" / "log" / "node1" / "prolog.log").read_text()
+        assert "node3 failed; the job is requeued" in log, log[-2000:]
         _done(cluster, job, 250)
         lines = ran.read_text().split()
         assert lines == ["node[1-2,4]"], lines  # user code never ran on a set with node3

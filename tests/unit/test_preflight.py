@@ -76,7 +76,7 @@ def test_preflight_section_is_validated_at_load():
                      ({"round_timeout": 0}, "round_timeout"),
                      ({"partitions": ["a b"]}, "partitions"),
                      ({"opt_in_comment": "two words"}, "opt_in_comment"),
-                     ({"on_inconclusive": "hold"}, "on_inconclusive")]:
+                     ({"on_inconclusive": "pause"}, "on_inconclusive")]:
         with pytest.raises(config_mod.ConfigError, match=rf"\[preflight\] {key}"):
             config_mod.from_dict({"preflight": bad})
 
@@ -220,3 +220,73 @@ def test_a_preflight_that_never_met_drains_no_one_and_the_job_runs(fake_node, tm
     assert (run["verdict"], run["unseen"]) == ("error", ["preflight"])
     assert run["detail"] == "no meeting: 1 member(s) never arrived: n2"
     assert "preflight did not see job 7" in node.log("prolog")
+
+
+# --- doctor -----------------------------------------------------------------------------------
+def test_doctor_names_the_slurm_lines_a_preflight_needs():
+    from airlock.preflight import doctor
+
+    off = config_mod.from_dict({})
+    assert doctor.items({"PrologFlags": "(null)"}, off) == []  # nothing while it is off
+    on = config_mod.from_dict({"preflight": {"enabled": True}})  # budget 90 + prolog 10 + 8
+    got = doctor.items({"PrologFlags": "(null)", "PrologEpilogTimeout": "60"}, on)
+    assert [(s, n) for s, n, _ in got] == [("FAIL", "PrologFlags"), ("WARN", "preflight budget")]
+    got = doctor.items({"PrologFlags": "Contain,X11", "PrologEpilogTimeout": "120"}, on)
+    assert [s for s, _n, _d in got] == ["OK", "OK"]
+    assert doctor.items({"PrologFlags": "Alloc", "PrologEpilogTimeout": "65534"}, on)[1][0] == "OK"
+
+
+def test_old_meeting_folders_are_swept_and_nothing_else(tmp_path):
+    import os
+
+    from airlock.preflight.meet import sweep
+
+    old = make_plan("41", "n[1-2]", "n1").batch_id
+    fresh = make_plan("42", "n[1-2]", "n1").batch_id
+    for name in (old, fresh, "batch-100-node1"):  # the last: a registration batch
+        (tmp_path / ".batches" / name).mkdir(parents=True)
+        (tmp_path / ".batches" / name / "members.json").write_text("{}")
+    os.utime(tmp_path / ".batches" / old, (0, time.time() - 7 * 3600))
+    os.utime(tmp_path / ".batches" / "batch-100-node1", (0, 0))
+    assert sweep(tmp_path) == [old]
+    assert sorted(p.name for p in (tmp_path / ".batches").iterdir()) == \
+        sorted(["batch-100-node1", fresh])
+
+
+def test_a_culprit_is_drained_even_when_its_totals_cannot_be_kept(fake_node, tmp_path,
+                                                                  monkeypatch):
+    """The meeting and the rounds are replaced by their outcome (they have tests of their own,
+    and the cluster tests run them for real); the rest is the prolog's: its Hook, the drain
+    through airlock.slurm.drains to a (fake) scontrol."""
+    from airlock.hooks.common import Hook
+    from airlock.preflight import entry
+
+    node = fake_node(extra=PREFLIGHT)
+    node.conf.write_text(f'shared_dir = "{tmp_path}/shared"\n' + node.conf.read_text())
+    (node.root / "state" / "preflight-totals.json").mkdir(parents=True)  # cannot be written
+    monkeypatch.setenv("AIRLOCK_CONFIG", str(node.conf))
+    hook = Hook("prolog", "n1", job="7")
+    hook.load_config()
+    monkeypatch.setattr(Meeting, "gather", lambda self: {"members": ["n1", "n2"]})
+    monkeypatch.setattr(entry, "_rounds", lambda *a, **k: {
+        "bad": ["n1"], "good": [], "inconclusive": [],
+        "details": {"n1": "rank 0 (n1) sent wrong data at 1 MiB"}})
+    rc, msg = entry.run(hook, Job("7", "n[1-2]", 2, "main", "", "", ""))
+    assert rc == 1, msg
+    drains = [u for u in node.slurm.updates() if "state=drain" in u]
+    assert drains and drains[-1][-1] == \
+        "reason=airlock: FAIL preflight rank 0 (n1) sent wrong data at 1 MiB (job 7)", drains
+
+
+def test_the_members_that_passed_learn_the_culprits_only_from_this_meeting_s_verdict(tmp_path):
+    plan = make_plan("42", "n[1-3]", "n1")
+    m = Meeting(tmp_path, plan, "127.0.0.1", time.time(), time.monotonic() + 5, lambda s: None)
+    folder = tmp_path / ".batches" / plan.batch_id
+    folder.mkdir(parents=True)
+    assert m.culprits() == []  # no verdict yet
+    (folder / "verdict.json").write_text(json.dumps(
+        {"bad": ["n3"], "good": ["n1", "n2"], "inconclusive": [], "details": {}}))
+    assert m.culprits() == ["n3"]
+    (folder / "verdict.json").write_text(json.dumps(
+        {"bad": ["n9"], "good": [], "inconclusive": [], "details": {}}))
+    assert m.culprits() == []  # blames a node outside the allocation: not this meeting's

@@ -128,6 +128,7 @@ def test_the_kind_is_read_from_the_failed_checks_record_and_validated():
         {"check": "dcgm", "verdict": "fail", "finding": "config"}]}
     assert failure_kind(run) == ("dcgm", "config")
     assert failure_kind({**run, "failed_check": "nvml"}) == ("nvml", "config")
-    assert failure_kind({**run, "checks": [{"check": "dcgm", "finding": "operator"}]}) == ("dcgm", "")
+    odd = {**run, "checks": [{"check": "dcgm", "finding": "operator"}]}
+    assert failure_kind(odd) == ("dcgm", "")
     assert failure_kind({"failed_check": None, "checks": run["checks"]}) == ("", "")
     assert failure_kind({"failed_check": "dcgm", "checks": "x"}) == ("dcgm", "")

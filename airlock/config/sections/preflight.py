@@ -7,7 +7,7 @@ import math
 
 from airlock.config.sections import Section, setting
 
-ON_INCONCLUSIVE = ("run",)
+ON_INCONCLUSIVE = ("run", "hold")
 
 
 class PreflightSection(Section):
@@ -43,7 +43,8 @@ class PreflightSection(Section):
         "run",
         'what a job whose preflight saw nothing does: "run" (its nodes are still proven by '
         'registration and the periodic checks; the run document says the preflight did not '
-        'see it)')
+        'see it) or "hold" (requeued and held, `scontrol requeuehold`, for its owner or an '
+        'admin to release; no node is drained either way)')
 
     def validate(self) -> None:
         if isinstance(self.min_nodes, bool) or not isinstance(self.min_nodes, int) \
