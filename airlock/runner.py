@@ -235,9 +235,10 @@ def observed(cfg, ctx: Context) -> set[str]:
     for status, metrics and history."""
     names = set(cfg.checks.observe)
     profile = None
-    # At the quick level only a profile the checks already chose is asked (almost every run's
-    # NVML checks choose it): choosing one now could cost the hook a Slurm call past its budget.
-    if ctx.profile_name or ctx.level != "quick":
+    # At the quick and epilog levels only a profile the checks already chose is asked (almost
+    # every run's NVML checks choose it): choosing one now could cost the hook a Slurm call
+    # past its budget.
+    if ctx.profile_name or ctx.level in registry.HEAVY:
         try:
             profile = ctx.profile
         except Exception:  # no profile (NVML down, Slurm away): the config's list still holds

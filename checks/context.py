@@ -3,15 +3,30 @@ and the SKU profile (gathered once per run, shared by every check)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from airlock.hw import faults as faults_mod
 from airlock.hw import nvml, profiles
 
 
+@dataclass
+class JobEnd:
+    """What the epilog's checks know of the job that just ended."""
+
+    job_id: str
+    gpus_env: str | None  # SLURM_JOB_GPUS: the job's GPUs ("0,2"); None when it had no GRES
+    uid: int | None  # SLURM_JOB_UID
+    before: dict[str, Any] | None  # the prolog's snapshot (airlock.records.job_snapshot)
+    # The GPUs as read at the job's end, shared by the three checks once gpu_released has
+    # waited for exiting processes (None until read), and why they could not be read.
+    gpus: list[dict[str, Any]] | None = None
+    unreadable: str = ""
+
+
 class Context:
     def __init__(self, cfg: Any, node: str, level: str = "quick", attempt: int = 1,
-                 faults: dict[str, str] | None = None):
+                 faults: dict[str, str] | None = None, job: JobEnd | None = None):
         self.cfg, self.node, self.level, self.attempt = cfg, node, level, attempt
         self.faults: dict[str, str] = dict(faults or {})
         # What the run gathers once and every check shares; each is filled on first use.
@@ -23,6 +38,7 @@ class Context:
         self.slurm_facts: Any = None
         self.slurm_facts_error = ""
         self.pci_gpus: list[str] | None = None  # the NVIDIA GPUs on the PCI bus
+        self.job = job  # the job that just ended (the epilog level only)
 
     @classmethod
     def create(cls, cfg: Any, node: str, level: str = "quick") -> Context:

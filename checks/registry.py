@@ -10,6 +10,8 @@ from airlock.errors import ConfigError
 
 QUICK, STANDARD, DEEP = "quick", "standard", "deep"
 ALL = (QUICK, STANDARD, DEEP)
+# After every job (hooks/epilog.py): the job's GPUs against the prolog's snapshot of them.
+EPILOG = "epilog"
 HEAVY = (STANDARD, DEEP)
 
 
@@ -65,6 +67,14 @@ CHECKS: tuple[CheckSpec, ...] = (
               timeout_key="loopback.check_timeout"),
     CheckSpec("allreduce", HEAVY, "airlock.checks.allreduce:check_allreduce", isolated=True,
               timeout_key="allreduce.check_timeout"),
+    # The epilog's: gpu_released first, since it waits for the job's processes to let go and
+    # takes the reading the other two compare.
+    CheckSpec("gpu_released", (EPILOG,), "airlock.checks.gpu_released:check_gpu_released",
+              timeout=60),
+    CheckSpec("xid_during_job", (EPILOG,), "airlock.checks.xid_during_job:check_xid_during_job",
+              timeout=10),
+    CheckSpec("ecc_during_job", (EPILOG,), "airlock.checks.ecc_during_job:check_ecc_during_job",
+              timeout=10),
 )
 
 

@@ -21,62 +21,11 @@ from __future__ import annotations
 import os
 import sys
 import time
-from pathlib import Path
-from typing import Any
 
 from airlock import finish
 from airlock.hooks.common import Hook, guard
-from airlock.hw import boot as boot_mod
-from airlock.paths import atomic_write, node_dir
 from airlock.preflight import entry as preflight
-
-
-def jobs_dir(cfg, node: str) -> Path:
-
-    return node_dir(cfg.state_dir, node) / "jobs"
-
-
-def gpu_snapshot(snap) -> dict[str, Any]:
-    """What the epilog compares against: per GPU error counters and the XIDs already seen."""
-    gpus = []
-    for g in snap.gpus:
-        gpus.append({
-            "index": g.index, "uuid": g.uuid, "lost": g.lost,
-            "ecc_volatile_uncorrected_dram": g.ecc_volatile_uncorrected_dram,
-            "ecc_volatile_uncorrected_sram": g.ecc_volatile_uncorrected_sram,
-            "ecc_volatile_corrected": g.ecc_volatile_corrected,
-            "remap_uncorrectable_rows": g.remap_uncorrectable_rows,
-            "xids": [x._asdict() for x in g.xids],
-        })
-    return {"source": snap.source, "gathered_at": snap.gathered_at, "gpus": gpus}
-
-
-def save_job_snapshot(cfg, node: str, job: str, snap) -> None:
-
-    folder = jobs_dir(cfg, node)
-    # The boot clock beside the wall clock: the epilog places the snapshot's moment in its own
-    # wall-clock frame (a clock stepped during the job must not hide what happened in it).
-    atomic_write(folder / f"{job}.json", {"job_id": job, "started_at": time.time(),
-                                          "uptime": round(boot_mod.uptime(), 3),
-                                          **gpu_snapshot(snap)})
-    _prune(folder)
-
-
-def _prune(folder: Path, keep_s: float = 7 * 86400) -> None:
-    """Jobs whose epilog never ran (a crashed node) leave their snapshot behind: age them out."""
-    try:
-        entries = list(os.scandir(folder))
-    except OSError:
-        return
-    if len(entries) < 64:
-        return
-    cutoff = time.time() - keep_s
-    for e in entries:
-        try:
-            if e.stat().st_mtime < cutoff:
-                os.unlink(e.path)
-        except OSError:
-            pass
+from airlock.records import job_snapshot
 
 
 def run_prolog(hook: Hook) -> tuple[int, str]:
@@ -90,7 +39,7 @@ def run_prolog(hook: Hook) -> tuple[int, str]:
     run = finish.summarize(node, "quick", "prolog", records, started, ctx.profile_name)
     run["job_id"] = job
     try:
-        save_job_snapshot(cfg, node, job, ctx.snapshot)
+        job_snapshot.save(cfg, node, job, ctx.snapshot)
     except Exception as exc:  # the epilog then skips the counter comparison
         hook.log(f"no GPU snapshot for the epilog: {exc}")
     failing = run["verdict"] == "fail"

@@ -42,7 +42,9 @@ API = "/api/v1"
 ASSETS = {"console.js": "text/javascript; charset=utf-8",
           "console.css": "text/css; charset=utf-8",
           "favicon.svg": "image/svg+xml"}
-CHECK_NAMES = sorted({c.name for c in registry.CHECKS} | {ondemand.GROUP_CHECK})
+# What an on-demand check may run: every level's checks but the epilog's (they need a job).
+CHECK_NAMES = sorted({c.name for c in registry.CHECKS if c.levels != (registry.EPILOG,)}
+                     | {ondemand.GROUP_CHECK})
 # Anything a person or Slurm could call a node, partition or feature, and nothing that is not
 # printable on one line (a NUL could not even become an argument of `airlock check`).
 PRINTABLE = r"[^\x00-\x1f\x7f]*"

@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
+from airlock.checks import ecc_during_job, gpu_released, job_gpus, xid_during_job
 from airlock.config import loader as config_mod
-from airlock.hooks import epilog
 
 # --- pure verdicts ----------------------------------------------------------------------------
 
@@ -25,16 +25,16 @@ def _gpu(i, **kw):
 
 
 def test_job_gpus_from_env_or_whole_node():
-    assert epilog.job_gpu_indices("0,2", range(8)) == {0, 2}
-    assert epilog.job_gpu_indices(None, range(4)) == {0, 1, 2, 3}
-    assert epilog.job_gpu_indices("garbage", range(2)) == {0, 1}
+    assert job_gpus.job_gpu_indices("0,2", range(8)) == {0, 2}
+    assert job_gpus.job_gpu_indices(None, range(4)) == {0, 1, 2, 3}
+    assert job_gpus.job_gpu_indices("garbage", range(2)) == {0, 1}
 
 
 def test_released_only_counts_live_processes_on_the_jobs_gpus():
     gpus = [_gpu(0, compute_pids=[11]), _gpu(1, compute_pids=[22, 33])]
     alive = {22, 33}.__contains__
-    assert epilog.verdict_released(gpus, {0}, alive, 1024).verdict.value == "pass"
-    out = epilog.verdict_released(gpus, {0, 1}, alive, 1024)
+    assert gpu_released.verdict_released(gpus, {0}, alive, 1024).verdict.value == "pass"
+    out = gpu_released.verdict_released(gpus, {0, 1}, alive, 1024)
     assert out.failed and out.detail == "gpu1 pid 22 still running (+1 more)"
 
 
@@ -47,13 +47,13 @@ def test_a_cpu_only_job_on_a_shared_node_is_judged_by_its_own_processes():
             _gpu(1, compute_pids=[22], memory_used_mib=2048)]
     alive = {11, 22}.__contains__
     ours = {22}.__contains__  # pid 22 is this job's; 11 is another job's
-    everything = epilog.job_gpu_indices(None, range(2))
-    assert epilog.verdict_released(gpus, everything, alive, 1024, belongs=lambda p: False) \
+    everything = job_gpus.job_gpu_indices(None, range(2))
+    assert gpu_released.verdict_released(gpus, everything, alive, 1024, belongs=lambda p: False) \
         .verdict.value == "pass"
-    out = epilog.verdict_released(gpus, everything, alive, 1024, belongs=ours)
+    out = gpu_released.verdict_released(gpus, everything, alive, 1024, belongs=ours)
     assert out.failed and out.detail == "gpu1 pid 22 still running"
     idle = [_gpu(0, compute_pids=[11], memory_used_mib=30000), _gpu(1, memory_used_mib=4096)]
-    out = epilog.verdict_released(idle, everything, alive, 1024, belongs=lambda p: False)
+    out = gpu_released.verdict_released(idle, everything, alive, 1024, belongs=lambda p: False)
     assert out.failed and out.detail == "gpu1 4096 MiB still in use"  # gpu0 is someone else's
 
 
@@ -93,9 +93,9 @@ def test_job_processes_are_told_by_cgroup_then_uid(tmp_path):
         (proc / str(pid)).mkdir(parents=True)
         (proc / str(pid) / "cgroup").write_text(cgroup + "\n")
         os.chown(proc / str(pid), uid, uid)
-    owns = epilog.job_owns("42", 1000, proc_root=str(proc))
+    owns = job_gpus.job_owns("42", 1000, proc_root=str(proc))
     assert [owns(p) for p in (1, 2, 3, 4, 5)] == [True, False, True, False, False]
-    assert not epilog.job_owns("42", None, proc_root=str(proc))(3)
+    assert not job_gpus.job_owns("42", None, proc_root=str(proc))(3)
 
 
 def test_released_fails_on_memory_still_used_on_the_jobs_gpus():
@@ -103,43 +103,44 @@ def test_released_fails_on_memory_still_used_on_the_jobs_gpus():
             _gpu(2, memory_used_mib=12345), _gpu(3, memory_used_mib=2048)]
     never = set().__contains__
     # driver/context reservations up to the threshold (inclusive) are a free GPU
-    assert epilog.verdict_released(gpus, {0, 1}, never, 1024).verdict.value == "pass"
-    out = epilog.verdict_released(gpus, {0, 1, 2, 3}, never, 1024)
+    assert gpu_released.verdict_released(gpus, {0, 1}, never, 1024).verdict.value == "pass"
+    out = gpu_released.verdict_released(gpus, {0, 1, 2, 3}, never, 1024)
     assert out.failed and out.detail == "gpu2 12345 MiB still in use (+1 more)"
     assert out.figures["memory_used_mib"] == [[2, 12345], [3, 2048]]
     # another job's GPU holding memory is not this job's failure
-    assert epilog.verdict_released(gpus, {0}, never, 1024).verdict.value == "pass"
-    assert epilog.verdict_released(gpus, {0}, never, 256).detail == "gpu0 512 MiB still in use"
+    assert gpu_released.verdict_released(gpus, {0}, never, 1024).verdict.value == "pass"
+    assert gpu_released.verdict_released(gpus, {0}, never, 256).detail == \
+        "gpu0 512 MiB still in use"
     # a live process is the more precise culprit and is named first
     held = [_gpu(2, memory_used_mib=12345, compute_pids=[77])]
-    assert epilog.verdict_released(held, {2}, {77}.__contains__, 1024).detail == \
+    assert gpu_released.verdict_released(held, {2}, {77}.__contains__, 1024).detail == \
         "gpu2 pid 77 still running"
 
 
 def test_xids_new_fatal_fails_old_or_benign_does_not():
     old = {"xid": 79, "gpu": 0, "time": 100.0}
     before = {"gathered_at": 200.0, "gpus": [_gpu(0, xids=[old])]}
-    assert epilog.verdict_xids(before, [_gpu(0, xids=[old])], [79]).verdict.value == "pass"
+    assert xid_during_job.verdict_xids(before, [_gpu(0, xids=[old])], [79]).verdict.value == "pass"
     benign = {"xid": 13, "gpu": 0, "time": 250.0}
-    out = epilog.verdict_xids(before, [_gpu(0, xids=[old, benign])], [79])
+    out = xid_during_job.verdict_xids(before, [_gpu(0, xids=[old, benign])], [79])
     assert out.verdict.value == "warn"
     fatal = {"xid": 48, "gpu": 3, "time": 260.0}
-    out = epilog.verdict_xids(before, [_gpu(3, xids=[fatal])], [48, 79])
+    out = xid_during_job.verdict_xids(before, [_gpu(3, xids=[fatal])], [48, 79])
     assert out.failed and out.detail == "xid 48 on gpu3 during the job"
-    assert epilog.verdict_xids(None, [], [48]).verdict.value == "skip"
+    assert xid_during_job.verdict_xids(None, [], [48]).verdict.value == "skip"
 
 
 def test_ecc_delta():
     before = {"gpus": [_gpu(0, ecc_volatile_uncorrected_dram=2, ecc_volatile_corrected=5)]}
     same = [_gpu(0, ecc_volatile_uncorrected_dram=2, ecc_volatile_corrected=5)]
-    assert epilog.verdict_ecc(before, same).verdict.value == "pass"
+    assert ecc_during_job.verdict_ecc(before, same).verdict.value == "pass"
     corr = [_gpu(0, ecc_volatile_uncorrected_dram=2, ecc_volatile_corrected=9)]
-    assert epilog.verdict_ecc(before, corr).verdict.value == "warn"
+    assert ecc_during_job.verdict_ecc(before, corr).verdict.value == "warn"
     unc = [_gpu(0, ecc_volatile_uncorrected_dram=3, ecc_volatile_corrected=5)]
-    out = epilog.verdict_ecc(before, unc)
+    out = ecc_during_job.verdict_ecc(before, unc)
     assert out.failed and "+1 uncorrectable DRAM ECC" in out.detail
     lost = [_gpu(0, lost=True)]
-    assert epilog.verdict_ecc(before, lost).detail == "gpu0 fell off the bus during the job"
+    assert ecc_during_job.verdict_ecc(before, lost).detail == "gpu0 fell off the bus during the job"
 
 
 def test_sections_validate():
@@ -150,8 +151,8 @@ def test_sections_validate():
     with pytest.raises(config_mod.ConfigError, match=r"\[epilog\] memory_used_max_mib"):
         config_mod.from_dict({"epilog": {"memory_used_max_mib": -1}})
     assert config_mod.from_dict({}).epilog.memory_used_max_mib == 1024
-    assert epilog.fatal_xids(config_mod.from_dict({"epilog": {"fatal_xids": [79]}})) == {79}
-    default = epilog.fatal_xids(config_mod.from_dict({}))  # the XID policy's fatal set
+    assert xid_during_job.fatal_xids(config_mod.from_dict({"epilog": {"fatal_xids": [79]}})) == {79}
+    default = xid_during_job.fatal_xids(config_mod.from_dict({}))  # the XID policy's fatal set
     assert 79 in default and 13 not in default
 
 
@@ -179,3 +180,37 @@ def test_prolog_never_imports_torch(fake_node):
 
 
 
+
+
+def test_the_epilogs_checks_are_registry_checks_that_observe_mode_knows(fake_node):
+    """Issue 24: gpu_released, xid_during_job and ecc_during_job lived in hooks/epilog.py,
+    outside checks/ and the registry, so `[checks] observe = ["gpu_released"]` was refused as an
+    unknown check (the epilog then failed closed on a config error). Now they are the registry's
+    "epilog" level: observed, a leftover process is seen and recorded, and drains nothing."""
+    import json
+
+    from airlock.checks import registry
+
+    assert [c.name for c in registry.for_level(registry.EPILOG)] == [
+        "gpu_released", "xid_during_job", "ecc_during_job"]
+    assert not {"gpu_released", "xid_during_job", "ecc_during_job"} & {
+        c.name for level in registry.ALL for c in registry.for_level(level)}
+    node = fake_node()
+    node.prove()
+    node.write_config('[epilog]\nprocess_grace = 0\n[checks]\nobserve = ["gpu_released"]\n')
+    left = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        entry = json.loads(node.sim.read_text())
+        entry["nodes"][node.name]["gpus"][0].update(compute_pids=[left.pid],
+                                                     memory_used_mib=30000)
+        node.sim.write_text(json.dumps(entry))
+        out = node.run("epilog", job="43", SLURM_JOB_GPUS="0")
+        assert out.returncode == 0 and "epilog warn" in out.stderr, out.stderr
+        assert node.slurm.updates() == []  # observed: seen, never a drain
+        run = json.loads((node.root / "state" / "latest.json").read_text())
+        rec = next(r for r in run["checks"] if r["check"] == "gpu_released")
+        assert rec["verdict"] == "fail" and rec["observe"] is True, rec
+        assert f"pid {left.pid} still running" in rec["detail"]
+    finally:
+        left.kill()
+        left.wait()
