@@ -291,9 +291,11 @@ def carry_out(hook: Hook, step: gate_machine.Step, view) -> str:
         if kind == M.KILL_FAIL:
             _kill_session(record["pid"], record.get("pid_start"))
         why = step.why
-        if not state.finish(record["run_id"], "fail", error=why, detail=why):
+        failure = M.suite_failure(why)  # Airlock's own trouble, never the node's failure
+        if not state.finish(record["run_id"], "error", error=why, detail=why,
+                            reason=failure.format()):
             return ended_meanwhile(state)
-        res = drains.fail(hook.slurm(), hook.node, reasons.failure("registration", why))
+        res = drains.fail(hook.slurm(), hook.node, failure)
         return f"registration {why}: {'drained' if res.changed else res.why}"
     detail = record.get("detail") or record.get("error") or "failed"
     if kind == M.SET_FAIL:
