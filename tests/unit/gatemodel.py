@@ -50,7 +50,7 @@ class Rec(NamedTuple):
     verdict: str | None = None
     attempt: int = 1
     phase: str = ""
-    pid: str = ""  # "hook" (the hook's own, until the suite is spawned) or "suite"
+    pid: str = ""  # "hook:<who>" (the hook's own, until the suite is spawned) or "suite"
     pending: str = ""
     error: str = ""
     reason: str = ""
@@ -97,12 +97,13 @@ class State(NamedTuple):
     uptime: int
     slurm: SlurmM
     rec: Rec | None
-    hook: HookM | None = None
+    hook: HookM | None = None  # a HealthCheckProgram run (the one being stepped, see step_prolog)
     suite: SuiteM | None = None
     runs: int = 0  # run ids handed out
-    spawns: int = 0  # suites started in this attempt chain
+    spawns: frozenset = frozenset()  # the attempts whose suite was started, in this chain
     budget: tuple = ()  # (name, uses left) of the bounded disturbances
     violation: str = ""
+    prolog: HookM | None = None  # a prolog run, at the same time as a HealthCheckProgram's
 
 
 @functools.cache
@@ -130,7 +131,8 @@ def alive(st: State) -> bool:
         return False
     if rec.pid == "suite":
         return st.suite is not None and st.suite.run == rec.run
-    return st.hook is not None and st.hook.wrote
+    return any(h is not None and h.wrote and rec.pid == f"hook:{h.who}"
+               for h in (st.hook, st.prolog))
 
 
 # --- Slurm, as scontrol answers (airlock.slurm.Slurm.drain/resume and airlock.drains) --------
@@ -275,8 +277,8 @@ def hook_op(st: State, op: tuple) -> State:
         _, trigger, attempt = op
         runs = st.runs + 1
         rec = Rec(st.boot, runs, "running", attempt=attempt, phase=nodestate.STARTING,
-                  pid="hook", trigger=trigger, started=st.uptime)
-        return st._replace(rec=rec, runs=runs, spawns=0 if attempt == 1 else st.spawns,
+                  pid=f"hook:{hook.who}", trigger=trigger, started=st.uptime)
+        return st._replace(rec=rec, runs=runs, spawns=frozenset() if attempt == 1 else st.spawns,
                            hook=st.hook._replace(wrote=True))
     if kind == "isolate":
         if not up:
@@ -285,7 +287,7 @@ def hook_op(st: State, op: tuple) -> State:
         return slurm_drain(st, reasons.pending(LEVEL, op[1]).format(), current=current)
     if kind == "spawn":
         rec = st.rec
-        st = st._replace(suite=SuiteM(rec.run), spawns=st.spawns + 1)
+        st = st._replace(suite=SuiteM(rec.run), spawns=st.spawns | {rec.attempt})
         phase = "" if rec.phase == nodestate.STARTING else rec.phase
         return _upd(st, rec.run, "running", pid="suite", phase=phase)
     if kind == "adopt":
@@ -338,6 +340,14 @@ def hook_op(st: State, op: tuple) -> State:
             return _upd(st, op[1], "done", checked=st.uptime)
         return st
     raise AssertionError(op)
+
+
+def step_prolog(st: State, op: tuple) -> State:
+    """One step of the prolog in flight: the hooks' code is the same, so the prolog is swapped
+    into the stepped slot for it."""
+    swapped = st._replace(hook=st.prolog, prolog=st.hook)
+    nxt = hook_op(swapped, op)
+    return nxt._replace(hook=nxt.prolog, prolog=nxt.hook)
 
 
 # --- the registration suite (airlock.registration.Suite) ---------------------------------------

@@ -1,17 +1,23 @@
 """The exhaustive explorer: every interleaving, to a bounded depth, of HealthCheckProgram runs
-(at slurmd start and periodic), prologs, registration suite steps, Slurm answering or not (and
-a read acted on after the node changed: a late answer), an admin draining, resuming or
-rebooting, jobs arriving and ending, a SIGKILL at every step of a hook or the suite, reboots, a
-replacement under the same name, and the recovery service rebooting a failed node, on one
-modelled node (tests/unit/gatemodel.py), driving the real decisions (airlock.gate_machine,
+(at slurmd start and periodic), prologs (at the same time as a HealthCheckProgram run, as
+slurmd runs them), registration suite steps, Slurm answering or not (and a read acted on after
+the node changed: a late answer), an admin draining, resuming or rebooting, jobs arriving and
+ending, a SIGKILL at every step of a hook or the suite, reboots, a replacement under the same
+name, and the recovery service rebooting a failed node, on one modelled node
+(tests/unit/gatemodel.py), driving the real decisions (airlock.gate_machine,
 airlock.nodestate.judge, airlock.drains, airlock.slurm.Node, airlock.recovery.machine.Obs).
 
 On every reachable state it checks the gate's promises (violation()); states are deduplicated
 by a canonical key (run ids and boots renamed by their order). A violation fails the test with
-the interleaving that reached it. The recovery service is modelled as one atomic step (it
-observes and acts together, on Obs.failing and an idle node); its intents across a restart are
-its own helper's (issue 25 item 7). Slurm has no compare-and-set, so an admin acting inside
-the milliseconds between Airlock's read and the update it decided on is left out (updating()).
+the interleaving that reached it.
+
+"At most its configured attempts" counts attempts, not processes: a prolog and a
+HealthCheckProgram that both start attempt 2 of a dead suite start two suites; the older one,
+superseded by the newer record, stops at its next step without a verdict or a Slurm update.
+The recovery service is modelled as one atomic step (it observes and acts together, on
+Obs.failing and an idle node); its intents across a restart are its own helper's (issue 25
+item 7). Slurm has no compare-and-set, so an admin acting inside the milliseconds between
+Airlock's read and the update it decided on is left out (updating()).
 
 Caught while it was built (kept as test_the_explorer_catches_a_suites_death_blamed_on_the_node):
 a suite that outlived its time was failed as the node's hardware, for the recovery service to
@@ -40,7 +46,7 @@ from airlock import nodestate, reasons
 from airlock.recovery.machine import Obs
 from tests.unit import gatemodel as g
 
-DEPTH = 13
+DEPTH = 12
 PENDING = "airlock: pending quick check boot"
 BUDGET = (("kill", 2), ("slurm", 2), ("admin", 1), ("boot", 1))
 RUN_OPS = ("finish_died", "finish_fail", "hold", "set_fail", "settle", "release",
@@ -58,7 +64,7 @@ def spend(st: g.State, what: str) -> g.State | None:
 def new_boot(st: g.State, keep_record: bool, drained: bool, reason: str) -> g.State:
     """A reboot (or a replacement: a new machine, no record) kills every process on the node;
     Slurm has not seen the boot until slurmd registers."""
-    return st._replace(boot=st.boot + 1, uptime=0, hook=None, suite=None,
+    return st._replace(boot=st.boot + 1, uptime=0, hook=None, prolog=None, suite=None,
                        rec=st.rec if keep_record else None,
                        slurm=st.slurm._replace(jobs=0, drained=drained, reason=reason,
                                                saw_boot=False))
@@ -72,9 +78,9 @@ def updating(st: g.State) -> bool:
     before the read or after the update."""
     if st.suite is not None and st.suite.pc == "iso_claim":
         return True
-    return st.hook is not None and isinstance(st.hook.view, g.SlurmM) and any(
-        op[0] == "decided" or (op[0] == "isolate" and op[2] is not None)
-        for op in st.hook.ops)
+    return any(h is not None and isinstance(h.view, g.SlurmM) and any(
+        op[0] == "decided" or (op[0] == "isolate" and op[2] is not None) for op in h.ops)
+        for h in (st.hook, st.prolog))
 
 
 def moves(st: g.State):
@@ -82,17 +88,27 @@ def moves(st: g.State):
     s = st.slurm
     if st.hook is None:
         yield "HealthCheckProgram runs", st._replace(hook=g.HookM(M.PERIODIC, (("decide",),)))
-        if s.up and not s.drained and s.saw_boot and s.jobs == 0:
-            yield "a job arrives: prolog", st._replace(hook=g.HookM(M.PROLOG, (("decide",),)))
     else:
         op = st.hook.ops[0]
         nxt = g.hook_op(st, op)
         if nxt.hook is not None and not nxt.hook.ops:
             nxt = nxt._replace(hook=None)
-        yield f"{st.hook.who}: {op[0]}", nxt
+        yield f"healthcheck: {op[0]}", nxt
         killed = spend(st, "kill")
         if killed is not None:
-            yield f"SIGKILL {st.hook.who} before {op[0]}", killed._replace(hook=None)
+            yield f"SIGKILL healthcheck before {op[0]}", killed._replace(hook=None)
+    if st.prolog is None:
+        if s.up and not s.drained and s.saw_boot and s.jobs == 0:
+            yield "a job arrives: prolog", st._replace(prolog=g.HookM(M.PROLOG, (("decide",),)))
+    else:
+        op = st.prolog.ops[0]
+        nxt = g.step_prolog(st, op)
+        if nxt.prolog is not None and not nxt.prolog.ops:
+            nxt = nxt._replace(prolog=None)
+        yield f"prolog: {op[0]}", nxt
+        killed = spend(st, "kill")
+        if killed is not None:
+            yield f"SIGKILL prolog before {op[0]}", killed._replace(prolog=None)
     if st.suite is not None:
         yield f"suite: {st.suite.pc}", g.suite_op(st)
         killed = spend(st, "kill")
@@ -144,12 +160,12 @@ def violation(st: g.State) -> str:
     claim = g.node_view(st.slurm).claim
     if claim is not None and claim.is_failure and not claim.own_error:
         return f"the node failed for Airlock's own trouble: {st.slurm.reason!r}"
-    if st.spawns > M.MAX_ATTEMPTS:
-        return f"{st.spawns} suites in one attempt chain"
+    if st.spawns and max(st.spawns) > M.MAX_ATTEMPTS:
+        return f"attempt {max(st.spawns)} started"
     if st.rec is not None and st.rec.error.endswith(" attempts)") and \
-            st.spawns < st.rec.attempt:
-        return f"the record says {st.rec.error!r}, but {st.spawns} suite(s) ran"
-    if st.hook is None and st.suite is None and st.rec is not None \
+            len(st.spawns) < st.rec.attempt:
+        return f"the record says {st.rec.error!r}, but {len(st.spawns)} attempt(s) ran"
+    if st.hook is None and st.prolog is None and st.suite is None and st.rec is not None \
             and st.rec.checked is not None and g.proof(st).state == nodestate.PROVEN \
             and claim is not None and claim.state in ("pending", "checking"):
         return f"a proven node left with Airlock's claim: {st.slurm.reason!r}"
@@ -164,12 +180,13 @@ def canon(st: g.State) -> tuple:
 
     rec = st.rec._replace(run=m(st.rec.run), boot=st.rec.boot - st.boot) if st.rec else None
     suite = st.suite._replace(run=m(st.suite.run)) if st.suite else None
-    hook = None
-    if st.hook is not None:
-        ops = tuple(op[:1] + (m(op[1]),) + op[2:] if op[0] in RUN_OPS else op
-                    for op in st.hook.ops)
-        hook = st.hook._replace(ops=ops)
-    return (st.uptime, st.slurm, rec, hook, suite, st.spawns, st.budget)
+    def h(hook: g.HookM | None) -> g.HookM | None:
+        if hook is None:
+            return None
+        return hook._replace(ops=tuple(op[:1] + (m(op[1]),) + op[2:] if op[0] in RUN_OPS
+                                       else op for op in hook.ops))
+
+    return (st.uptime, st.slurm, rec, h(st.hook), h(st.prolog), suite, st.spawns, st.budget)
 
 
 def starts() -> dict[str, g.State]:
@@ -180,7 +197,7 @@ def starts() -> dict[str, g.State]:
     proven = g.State(0, 0, g.SlurmM(), passed, runs=1, budget=budget)
     running = g.State(0, 0, g.SlurmM(drained=True, reason=PENDING),
                       g.Rec(0, 0, "running", pid="suite", trigger="boot"),
-                      suite=g.SuiteM(0), runs=1, spawns=1, budget=budget)
+                      suite=g.SuiteM(0), runs=1, spawns=frozenset({1}), budget=budget)
     return {"a node boots": fresh, "Airlock installed on a busy node": live,
             "a registration suite runs": running, "a boot that just passed": proven}
 
@@ -232,7 +249,7 @@ def test_the_explorer_catches_a_broken_decision(monkeypatch):
 
     monkeypatch.setattr(M, "_running", counts_it)
     _, trace = explore(starts()["a node boots"], DEPTH)
-    assert trace is not None and "suite(s) ran" in trace[-1], trace
+    assert trace is not None and "attempt(s) ran" in trace[-1], trace
 
 
 
