@@ -176,6 +176,13 @@ def failure_of(record: Mapping[str, Any]) -> reasons.Reason:
                            or "failed")
 
 
+def suite_failure(why: str) -> reasons.Reason:
+    """The drain reason of a suite that died or outlived its time (KILL_FAIL, FAIL_DIED): it
+    measured nothing on the node, so it is Airlock's own trouble (closed, retried while the
+    node is idle), never the node's failure, which the recovery service would act on."""
+    return reasons.failure("suite", why.removeprefix("suite "))
+
+
 def _failed(f: Facts) -> Step:
     record = f.proof.record
     assert record is not None

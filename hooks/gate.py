@@ -1,14 +1,18 @@
 """The two locks on an unproven boot, shared by the HealthCheckProgram (the first lock, at slurmd
 start and every interval) and the prolog (the second lock, before every job).
 
-Whatever the node's record says about this boot (airlock.records.proof), these functions bring the
-node to where it must be:
+What to do is decided by airlock.gate_machine.plan (pure: the proof, the boot clock, whether
+the suite's process runs, and Slurm's view only when the decision needs it); these functions
+gather those facts and carry the step out:
 
   none      a boot Airlock has no proof for: isolate it and start the registration suite; or,
             when Slurm says it is running jobs and has seen this boot (Airlock installed on a live
             cluster), adopt it (no drain; see [registration] adopt)
-  running   keep the node isolated; a suite that died is re-run once, then failed; a suite past
-            suite_timeout plus a grace is killed and failed
+  running   a suite alive and in time keeps its own drain (the prolog, which a job reached,
+            drains again); a suite that died is re-run once, then failed; a suite past
+            suite_timeout plus a grace is killed and failed; both failures are Airlock's own
+            (`FAIL suite ...`), never the node's; an attempt recorded but never started (its
+            hook was killed) is started, not counted
   failed    keep the failure drain; if someone resumed the node, re-check it
   adopted   "when-idle": start the suite once Slurm shows the node idle (or a job arrives)
 
@@ -40,6 +44,7 @@ MAX_ATTEMPTS = gate_machine.MAX_ATTEMPTS
 RETRY_OWN_ERROR_S = gate_machine.RETRY_OWN_ERROR_S
 CHEAP_RETRY = gate_machine.CHEAP_RETRY
 DIED = gate_machine.DIED
+
 
 def start_suite(hook: Hook, trigger: str, attempt: int = 1, current=None) -> str:
     """Record the suite for this boot, isolate the node, start the suite detached; return
@@ -172,10 +177,6 @@ def _kill_session(pid: int, start) -> None:
         pass
 
 
-def trigger_for(proof: nodestate.Proof) -> str:
-    return gate_machine.trigger_for(proof)
-
-
 def slurm_saw_boot(boot_time: str, now: boot_mod.Boot | None, tolerance: float = 120.0) -> bool:
     """Slurm's BootTime for the node matches this boot (its view of the node's jobs is then
     current, not left over from before a reboot). Compared on the wall clock, loosely: the
@@ -292,9 +293,11 @@ def carry_out(hook: Hook, step: gate_machine.Step, view) -> str:
         if kind == M.KILL_FAIL:
             _kill_session(record["pid"], record.get("pid_start"))
         why = step.why
-        if not state.finish(record["run_id"], "fail", error=why, detail=why):
+        failure = M.suite_failure(why)  # Airlock's own trouble, never the node's failure
+        if not state.finish(record["run_id"], "error", error=why, detail=why,
+                            reason=failure.format()):
             return ended_meanwhile(state)
-        res = drains.fail(hook.slurm(), hook.node, reasons.failure("registration", why))
+        res = drains.fail(hook.slurm(), hook.node, failure)
         return f"registration {why}: {'drained' if res.changed else res.why}"
     detail = record.get("detail") or record.get("error") or "failed"
     if kind == M.SET_FAIL:
@@ -314,9 +317,4 @@ def carry_out(hook: Hook, step: gate_machine.Step, view) -> str:
 
 def watch(hook: Hook) -> str:
     """This boot's suite is running (per the record): keep it honest."""
-    return lock(hook)
-
-
-def settle_failed(hook: Hook) -> str:
-    """This boot failed its registration: the node stays out until something acts."""
     return lock(hook)

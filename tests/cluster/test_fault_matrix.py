@@ -396,17 +396,21 @@ def test_a_hook_that_saw_the_suite_running_never_undoes_its_pass(cluster_factory
     running.update(status="running", verdict=None, phase="checking")
     c.wait(lambda: not boot_mod.alive(done["pid"], done["pid_start"]), 30, "node1's suite exited")
 
-    def stale_hook(record):
-        hook = Hook("healthcheck", "node1")
+    def stale_hook(record, name="healthcheck"):
+        hook = Hook(name, "node1")
         hook.cfg = config.load(c.airlock_conf)
         hook.now = boot_mod.current("node1")
         hook.proof = Proof(RUNNING, "", record)
         return hook
 
     dead = gate.watch(stale_hook(running))
-    alive = gate.watch(stale_hook({**running, "pid": os.getpid(),
-                                   "pid_start": boot_mod.process_start(os.getpid())}))
+    live = {**running, "pid": os.getpid(), "pid_start": boot_mod.process_start(os.getpid())}
+    # A live suite in time: the periodic hook leaves its drain to it and asks Slurm nothing;
+    # the prolog (a job reached the node) holds, reading the record again before it drains.
+    watched = gate.watch(stale_hook(live))
+    alive = gate.watch(stale_hook(live, "prolog"))
     assert "the suite ended meanwhile (pass)" in dead, dead
+    assert "the suite keeps its drain" in watched, watched
     assert "left alone: the suite ended meanwhile (pass)" in alive, alive
     n = c.node("node1")
     assert not n.drained, n

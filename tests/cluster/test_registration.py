@@ -171,7 +171,8 @@ def test_suite_killed_without_verdict_is_rerun_once_then_failed(cluster_factory)
     os.killpg(second["pid"], signal.SIGKILL)
     n = c.wait(lambda: (m := c.node("node1")).reason_in_force.startswith("airlock: FAIL") and m, 30,
                "hook notices the second death")
-    assert n.reason == "airlock: FAIL registration suite died without a verdict (2 attempts)"
+    # measured nothing on the node: Airlock's own trouble, never the node's failure (issue 25)
+    assert n.reason == "airlock: FAIL suite died without a verdict (2 attempts)"
 
 
 def _cmdline(pid: int) -> bytes:

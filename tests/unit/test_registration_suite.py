@@ -199,11 +199,12 @@ def test_watch_kills_a_suite_past_its_timeout_and_fails_it(fake_node):
     assert watched.returncode == 0, watched.stderr
     wait_for(lambda: not boot_mod.alive(rec["pid"], rec["pid_start"]), 10, "the suite killed")
     done = node.record()
-    assert done["run_id"] == rec["run_id"] and done["verdict"] == "fail", done
+    assert done["run_id"] == rec["run_id"] and done["verdict"] == "error", done
     took = re.fullmatch(r"suite timeout after (\d+)s", done["detail"])
     assert took and age <= int(took.group(1)) < age + 30, done
     reason = node.slurm.node("n1")["reason"]
-    assert reason.startswith("airlock: FAIL registration suite timeout after "), reason
+    # Airlock's own time limit, not a measurement of the node: an own error (issue 25)
+    assert reason.startswith("airlock: FAIL suite timeout after "), reason
     assert node.processes() == []
 
 
