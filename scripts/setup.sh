@@ -10,10 +10,11 @@ cd "$(dirname "$0")/.."
 # (a wall-clock step injected into one hook run by the fault-matrix tests); systemd's
 # systemd-analyze (the rendered units are verified by systemd itself); chromium (the console's
 # browser test drives it through Playwright, whose own browser download is not used); promtool
-# from Debian's prometheus (deploy/'s alerting rules are checked and tested with it).
+# from Debian's prometheus (deploy/'s alerting rules are checked and tested with it); a C
+# compiler (tests/unit/bindlog.py preloads a bind() recorder into the processes under test).
 declare -A pkg=([slurmctld]=slurmctld [slurmd]=slurmd [scontrol]=slurm-client [munged]=munge
                 [faketime]=faketime [systemd-analyze]=systemd [chromium]=chromium
-                [promtool]=prometheus)
+                [promtool]=prometheus [cc]=gcc)
 need=()
 for b in "${!pkg[@]}"; do
   command -v "$b" >/dev/null 2>&1 || [ -x "/usr/sbin/$b" ] || need+=("${pkg[$b]}")

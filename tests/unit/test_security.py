@@ -403,113 +403,37 @@ def test_dev_cluster_config_reparses_with_hostile_keys(tmp_path):
 
 
 # --- 2. rendezvous -------------------------------------------------------------------------------
-def _descendants(root: int) -> set[int]:
-    parents: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as fh:
-                    parents[int(entry)] = int(fh.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                pass
-    out, todo = {root}, [root]
-    while todo:
-        p = todo.pop()
-        for child, parent in parents.items():
-            if parent == p and child not in out:
-                out.add(child)
-                todo.append(child)
-    return out
-
-
-def _socket_inodes(pids: set[int]) -> set[str]:
-    out = set()
-    for pid in pids:
-        try:
-            for fd in os.listdir(f"/proc/{pid}/fd"):
-                try:
-                    target = os.readlink(f"/proc/{pid}/fd/{fd}")
-                except OSError:
-                    continue
-                if target.startswith("socket:["):
-                    out.add(target[8:-1])
-        except OSError:
-            pass
-    return out
-
-
-def _listeners() -> dict[str, str]:
-    """inode -> local address of every TCP socket in LISTEN state (/proc/net/tcp{,6})."""
-    out = {}
-    for name, width in (("tcp", 8), ("tcp6", 32)):
-        try:
-            lines = Path(f"/proc/net/{name}").read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            f = line.split()
-            if len(f) > 9 and f[3] == "0A":
-                hexaddr, port = f[1].split(":")
-                raw = bytes.fromhex(hexaddr)
-                if width == 8:
-                    addr = socket.inet_ntop(socket.AF_INET, raw[::-1])
-                else:
-                    words = b"".join(raw[i:i + 4][::-1] for i in range(0, 16, 4))
-                    addr = socket.inet_ntop(socket.AF_INET6, words)
-                out[f[9]] = f"{addr}:{int(port, 16)}"
-    return out
-
-
-class ListenerWatch:
-    """Every TCP listener opened by this process or its descendants while it runs."""
-
-    def __init__(self) -> None:
-        self.seen: set[str] = set()
-        self._stop = threading.Event()
-        self._t = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            inodes = _socket_inodes(_descendants(os.getpid()))
-            self.seen |= {addr for ino, addr in _listeners().items() if ino in inodes}
-            time.sleep(0.02)
-
-    def __enter__(self) -> ListenerWatch:
-        self._t.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._t.join()
-
-    def exposed(self) -> list[str]:
-        import ipaddress
-
-        return sorted(a for a in self.seen
-                      if not ipaddress.ip_address(a.rsplit(":", 1)[0]).is_loopback)
-
-
 def test_standard_level_opens_no_listener_beyond_loopback(tmp_path):
     """main: the single-node all-reduce hosted TCPStore("127.0.0.1", 0, ..., True), which
-    listens on *:<port> (and gloo picked the host name's address)."""
+    listens on *:<port> (and gloo picked the host name's address). Every bind() of the level's
+    processes is recorded where it happens (tests/unit/bindlog.py), never sampled."""
+    import json
+
     import tomli_w
 
-    from airlock.runner import run_level
+    from tests.unit import bindlog
 
     fake = FakeSlurm(tmp_path / "slurm", nodes=["n1"])  # the GRES the standard level reads
     conf = tmp_path / "airlock.toml"
     conf.write_text(tomli_w.dumps({"state_dir": str(tmp_path / "state"),
                                    "log_dir": str(tmp_path / "log"),
                                    "slurm": {"bin_dir": fake.bin_dir}}))
-    cfg = config.load(conf)
-    with ListenerWatch() as watch:
-        records, _ = run_level(cfg, "n1", "standard")
-    by_check = {r["check"]: r for r in records}
+    lib, log = bindlog.build(tmp_path), tmp_path / "binds.log"
+    code = ("import json, sys; from airlock.config import loader; "
+            "from airlock.runner import run_level; "
+            "records, _ = run_level(loader.load(sys.argv[1]), 'n1', 'standard'); "
+            "print(json.dumps(records))")
+    out = subprocess.run([sys.executable, "-c", code, str(conf)], capture_output=True,
+                         text=True, timeout=600,
+                         env={**os.environ, "LD_PRELOAD": str(lib), "BIND_LOG": str(log)})
+    assert out.returncode == 0, out.stderr[-3000:]
+    by_check = {r["check"]: r for r in json.loads(out.stdout.strip().splitlines()[-1])}
     # It must have measured (a pass or a warning): an all-reduce that never ran opens no
-    # listener, and the watch below would prove nothing.
+    # listener, and the log below would prove nothing.
     assert by_check["allreduce"]["verdict"] in ("pass", "warn"), by_check["allreduce"]
-    assert watch.seen, "the watch saw no listener at all: it would not see an open one either"
-    assert watch.exposed() == [], watch.seen
+    binds = bindlog.read(log)
+    assert binds, "no bind() recorded at all: the log would not see an exposed one either"
+    assert bindlog.exposed(binds) == [], binds
 
 
 def _secret(folder: Path, name: str, value: str) -> str:
