@@ -34,9 +34,11 @@ STATES = ("healthy", "quarantined", "failed", "own-error", "recovering", "draine
 # `condition`: the same view, finer, as the console and API show it (HyperPod's InstanceStatus):
 # quarantined splits into pending and checking; Airlock's own trouble ("error": an own-error
 # drain, a hook that failed, a last run that did not see the node) is its own state, never a
-# pass or a failure of the node; an adopted boot (first seen running jobs) is named.
+# pass or a failure of the node; an adopted boot (first seen running jobs) is named; a node in
+# service without a readable latest result is "not-seen": nothing the controller can read says
+# it passed (a broken or missing document, an unreachable shared folder), so it is not healthy.
 CONDITIONS = ("healthy", "pending", "checking", "failed", "error", "recovering", "adopted",
-              "drained-other", "down", "future", "unknown")
+              "not-seen", "drained-other", "down", "future", "unknown")
 # The triggers of a registration suite (hooks/gate.py): it isolates the node first.
 REGISTRATION_TRIGGERS = ("new", "boot", "record", "adopt")
 
@@ -66,10 +68,11 @@ def classify(node: Node) -> str:
 
 def condition(node: Node, run: dict[str, Any] | None,
               errors: dict[str, dict[str, Any]] | None = None,
-              record: dict[str, Any] | None = None) -> tuple[str, str]:
+              record: dict[str, Any] | None = None, problem: str = "") -> tuple[str, str]:
     """(condition, message): the node's state in CONDITIONS and one line for people saying why.
     record is the node's boot record (node.json) when this host can read it, else None: then
-    "checking" and "adopted" are told from Slurm's reason alone."""
+    "checking" and "adopted" are told from Slurm's reason alone. run is the node's readable
+    latest run (None when there is none: problem says why)."""
     state = classify(node)
     claim = reasons.parse(node.reason_in_force)
     if state == "quarantined":
@@ -93,6 +96,9 @@ def condition(node: Node, run: dict[str, Any] | None,
                              f"the node: {run.get('detail', '')}")
         if record is not None and record.get("status") == "adopted":
             return "adopted", f"adopted: {record.get('detail') or 'first seen running jobs'}"
+        if run is None:
+            return "not-seen", ("in service, but no readable result says it passed: "
+                                f"{problem or 'none recorded'}")
         return "healthy", ""
     if state == "recovering":
         return state, f"recovery: {claim.subject} {claim.detail}".strip()
@@ -228,7 +234,7 @@ def node_status(node: Node, res: NodeResults, recovery: str = "", stuck_why: str
     run = res.run or {}
     parsed = reasons.parse(node.reason_in_force)
     state = classify(node)
-    cond, message = condition(node, res.run, errors, record)
+    cond, message = condition(node, res.run, errors, record, res.problem)
     # The reason in force is what drained the node; the last run may be a later periodic pass.
     if parsed is not None and parsed.is_failure:
         failed_check, detail = parsed.subject, parsed.detail

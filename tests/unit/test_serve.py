@@ -153,7 +153,11 @@ def test_condition_never_calls_airlock_trouble_a_pass_or_a_failure():
     assert status.condition(node(), None, None, {"status": "adopted", "detail": "busy"})[0] \
         == "adopted"
     # a resumed node that kept its old reason (24.11 without accounting) is healthy
-    assert status.condition(node(reason="airlock: FAIL gpu_count 7"), None)[0] == "healthy"
+    assert status.condition(node(reason="airlock: FAIL gpu_count 7"), {"verdict": "pass"})[0] \
+        == "healthy"
+    # in service, but no readable result vouches for it: not seen, never healthy
+    cond, msg = status.condition(node(), None, problem="shared results: latest.json: not JSON")
+    assert cond == "not-seen" and msg.endswith("latest.json: not JSON")
 
 
 # --- one node, its timeline and its runs ------------------------------------------------------

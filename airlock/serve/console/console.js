@@ -14,7 +14,7 @@
   const LABEL = {
     healthy: "healthy", pending: "pending", checking: "checking", failed: "failed",
     error: "own error / needs operator", recovering: "recovering", adopted: "adopted",
-    "drained-other": "drained by other", down: "down", future: "future", unknown: "unknown",
+    "not-seen": "not seen", "drained-other": "drained by other", down: "down", future: "future", unknown: "unknown",
   };
   const CONDITIONS = Object.keys(LABEL);
   const STATUS_LABEL = {pass: "pass", fail: "fail", skipped: "skipped",
@@ -123,7 +123,7 @@
     box.replaceChildren();
     for (const c of CONDITIONS) {
       const n = (doc.conditions || {})[c] || 0;
-      if (!n && !["healthy", "failed", "error", "pending"].includes(c)) continue;
+      if (!n && !["healthy", "failed", "error", "pending", "not-seen"].includes(c)) continue;
       const b = condBadge(c);
       b.textContent = `${n} ${LABEL[c]}`;
       b.title = `show the ${LABEL[c]} nodes`;
@@ -163,8 +163,8 @@
     {key: "partitions", label: "partitions"},
   ];
   const CONDITION_RANK = Object.fromEntries(
-    ["error", "failed", "recovering", "checking", "pending", "drained-other", "down", "unknown",
-     "adopted", "future", "healthy"].map((c, i) => [c, i]));
+    ["error", "failed", "not-seen", "recovering", "checking", "pending", "drained-other", "down",
+     "unknown", "adopted", "future", "healthy"].map((c, i) => [c, i]));
   const natural = new Intl.Collator(undefined, {numeric: true, sensitivity: "base"});
 
   function sortValue(row, key) {
