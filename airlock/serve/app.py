@@ -28,7 +28,7 @@ from airlock import __version__, ondemand, results, status
 from airlock.checks import registry
 from airlock.errors import AirlockError, NodeNotFound, NotFound, SlurmError
 from airlock.paths import valid_node_name
-from airlock.serve import schema
+from airlock.serve import schema, targets
 from airlock.serve.checks import CheckRunner, Conflict, RateLimited
 from airlock.serve.fleet import fleet_view
 from airlock.serve.security import MAX_ACTIVE, Guard, Tokens, allowed_hosts
@@ -324,6 +324,8 @@ def build(cfg, *, listen_host: str = "127.0.0.1", source: Source | None = None,
         check's id; GET /api/v1/checks/{id} follows it. One at a time (409), at most [serve]
         checks_per_hour (429)."""
         request = body.model_dump()
+        if body.nodes:
+            bound_targets(body.nodes, svc.source.latest)
         try:
             targets = ondemand.select_targets(Slurm.from_config(cfg), body.nodes,
                                               body.partition, body.feature)
@@ -398,6 +400,22 @@ def build(cfg, *, listen_host: str = "127.0.0.1", source: Source | None = None,
 
 
 STATE_WORDS = sorted(set(status.STATES) | set(status.CONDITIONS))
+# Names a target expression may hold before Slurm's node list has been read once.
+MAX_TARGETS = 100_000
+
+
+def bound_targets(expr: str, snap: Snapshot | None) -> None:
+    """Refuse a node expression naming more nodes than Slurm lists (MAX_TARGETS before the
+    first read), counted before anything expands it (airlock.serve.targets)."""
+    limit = len(snap.doc["nodes"]) if snap is not None else MAX_TARGETS
+    try:
+        named = targets.count(expr, limit)
+    except targets.BadHostlist as exc:
+        raise HttpError(400, f"bad node list: {exc}") from None
+    if named > limit:
+        where = "Slurm lists" if snap is not None else "a check may name"
+        raise HttpError(422, f"nodes: the expression names at least {named} nodes, more "
+                             f"than the {limit} {where}")
 _REASONS = {400: "bad request", 401: "no or wrong token", 403: "not allowed here",
             404: "not found", 409: "a check is already running", 411: "length required",
             413: "body too large", 422: "invalid body", 429: "rate limit",

@@ -396,6 +396,47 @@ def test_checks_need_their_token_and_are_off_without_one(recorded, tmp_path, api
         assert 'data-checks-enabled="no"' in c.get("/").text
 
 
+def test_a_target_expression_is_counted_before_it_is_expanded(api, recorded):
+    """379 bytes naming three million nodes once cost 16 s and 1.5 GB: an expression naming
+    more nodes than Slurm lists (6 here) is refused with the limit named, before anything
+    expands it or asks Slurm."""
+    import tracemalloc
+
+    auth = {"Authorization": f"Bearer {CHECK}"}
+    assert api.get("/api/v1/nodes").status_code == 200  # Slurm's list has been read
+    recorded.slurm.clear_log()
+    huge = ",".join(f"x{i}[0-99999]" for i in range(30))
+    tracemalloc.start()
+    try:
+        res = api.post("/api/v1/checks", json={"nodes": huge}, headers=auth)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert res.status_code == 422, res.text
+    assert res.json()["error"].startswith("nodes: the expression names at least ")
+    assert res.json()["error"].endswith("nodes, more than the 6 Slurm lists")
+    assert peak < 20 << 20, peak  # three million names would be hundreds of MB
+    assert recorded.slurm.calls() == []
+    seven = api.post("/api/v1/checks", json={"nodes": "node[1-6],node[1-1]"}, headers=auth)
+    assert seven.status_code == 422 and "at least 7 nodes" in seven.json()["error"]
+    bad = api.post("/api/v1/checks", json={"nodes": "node[3-1]"}, headers=auth)
+    assert bad.status_code == 400 and "bad node list" in bad.json()["error"]
+
+
+@pytest.mark.parametrize("expr", ["node1", "node[1-4],gpu07", "a[1-3]b[01-02],c", "x[1,3-5]",
+                                  "a[1-2],a[1-2]", "r[1-2]n[1-3]s[7]", "plain,names,only"])
+def test_the_count_is_python_hostlists_expansion(expr):
+    import hostlist
+
+    from airlock.serve import targets
+
+    assert targets.count(expr, 10**9) == len(hostlist.expand_hostlist(expr,
+                                                                      allow_duplicates=True))
+    for bad in ("a[1-", "a]1[", "a[[1]]", "a[x]", "a[3-1]"):
+        with pytest.raises(targets.BadHostlist):
+            targets.count(bad, 10)
+
+
 def test_a_check_runs_airlock_check_itself(api):
     """Against the fake controller, `airlock check` cannot create its reservation (the fake
     answers `show node` and `update` only): the check ends as an error in the command's own
