@@ -163,7 +163,8 @@ def recovery_memory(cfg) -> dict[str, dict[str, int]]:
 
 def recovery_metrics(cfg) -> dict[str, Any]:
     """{"actions": {(action, status): count}, "breaker_open": bool, "in_flight": int,
-    "refailed": [(node, check, action)]}, or {} without a recovery database."""
+    "refailed": [(node, check, action)], "heartbeat": the service's last poll (epoch seconds;
+    None before its first)}, or {} without a recovery database."""
     store = _recovery_store(cfg)
     if store is None:
         return {}
@@ -174,9 +175,11 @@ def recovery_metrics(cfg) -> dict[str, Any]:
             key = (str(a["kind"]), str(a["status"]))
             actions[key] = actions.get(key, 0) + 1
         cases = store.cases().values()
+        beat = store.heartbeat()
         return {"actions": actions, "breaker_open": bool(store.breaker()["open"]),
                 "in_flight": sum(c.state in IN_FLIGHT for c in cases),
-                "refailed": refailed(cases)}
+                "refailed": refailed(cases),
+                "heartbeat": float(beat["last_poll"]) if beat["polls"] else None}
     except Exception:  # gracefully empty, like a missing database
         return {}
     finally:

@@ -289,6 +289,22 @@ def test_metrics_are_the_controller_families(api):
     assert api.get("/healthz").json()["ok"] is True
 
 
+def test_metrics_export_the_recovery_services_heartbeat(recorded, tmp_path):
+    """The age of the recovery service's last poll is what tells a dead recovery service from a
+    quiet one (deploy/: AirlockRecoveryHeartbeatStale)."""
+    store = RecoveryStore(str(tmp_path / "recovery.db"))
+    with store.tx() as db:
+        store.beat(db, 4242, NOW - 3600, NOW - 1234.0)
+    store.close()
+    with client(recorded, tmp_path) as api:
+        text = api.get("/metrics").text
+    from prometheus_client.parser import text_string_to_metric_families
+
+    samples = {s.name: s.value for f in text_string_to_metric_families(text)
+               for s in f.samples}
+    assert samples["airlock_recovery_heartbeat_timestamp_seconds"] == pytest.approx(NOW - 1234.0)
+
+
 def test_polling_the_list_metrics_and_fleet_never_reaches_slurm(recorded, tmp_path):
     """docs/security.md: the node list, /metrics and the fleet are answered from memory (the
     status is read in the background every [serve] refresh seconds), so polling them never
