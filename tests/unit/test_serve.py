@@ -276,6 +276,25 @@ def test_fleet_view_against_the_fleet_comparison(recorded, tmp_path):
     assert sorted(n["node"] for n in ar["nodes"]) == ["node2", "node3", "node4", "node5"]
 
 
+def test_fleet_median_counts_only_the_nodes_slurm_lists(recorded, tmp_path):
+    """Four live nodes were painted as stragglers against a median of retired ones: folders
+    of nodes Slurm no longer lists stay in the shared directory, and are not the fleet (the
+    burn-in check's own reference, checks/fleet.py fleet_members, leaves them out too)."""
+    for i in range(2, 5):
+        recorded.add_run(run_doc(f"node{i}", finished_at=NOW - 200 + i, seq=20 + i, checks=[
+            check("burnin", min_tflops=0.010, median_tflops={"fp32": 0.010}, profile="cpu")]),
+            latest=False)
+    for i in range(6):  # retired: faster, more numerous, gone from Slurm
+        recorded.add_run(run_doc(f"old{i}", finished_at=NOW - 9000, seq=40 + i, checks=[
+            check("burnin", min_tflops=0.050, median_tflops={"fp32": 0.050}, profile="cpu")]))
+    with client(recorded, tmp_path) as api:
+        doc = valid(api, api.get("/api/v1/fleet").json(), "Fleet")
+    (fp32,) = doc["profiles"][0]["burnin"]
+    assert fp32["fleet_nodes"] == 4  # node1 (0.012) and node2-4 (0.010)
+    assert fp32["fleet_median"] == pytest.approx(0.010)
+    assert any("old0 is not a node Slurm lists" in why for why in doc["ignored"])
+
+
 # --- metrics and health ----------------------------------------------------------------------
 def test_metrics_are_the_controller_families(api):
     text = api.get("/metrics").text
