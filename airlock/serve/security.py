@@ -150,9 +150,15 @@ class Guard:
                                                        "progress; try again"),
                                      [(b"retry-after", b"1")])
 
+        head = scope["method"] == "HEAD"
+        if head:  # a GET without its body (FastAPI's routes answer GET only)
+            scope = {**scope, "method": "GET"}
+
         async def send_with_headers(message):
             if message["type"] == "http.response.start":
                 message = {**message, "headers": [*message.get("headers", []), *HEADERS]}
+            elif head and message["type"] == "http.response.body":
+                message = {**message, "body": b""}
             await send(message)
 
         self.active += 1

@@ -181,7 +181,9 @@ def test_node_timeline_and_pages(api):
                                                       "resume"]
     wrong = api.get("/api/v1/nodes/node2", params={"before": page1["runs"][0]["run_id"][:-1]
                                                    + "1"})
-    assert wrong.status_code == 400 and "not a run id of node2" in wrong.json()["error"]
+    # a run id of another node is a run this node does not have (a schema-valid id: 404)
+    assert wrong.status_code == 404 and "no recorded run" in wrong.json()["error"]
+    assert api.get("/api/v1/nodes/node2", params={"before": "x"}).status_code == 400
     gone = api.get("/api/v1/nodes/node2", params={"before": "20000101T000000-1-node2"})
     assert gone.status_code == 404 and "no recorded run" in gone.json()["error"]
 
