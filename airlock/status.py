@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 from airlock import fanout, incidents, nodestate, reasons
-from airlock.errors import ConfigError, NotFound
+from airlock.errors import ConfigError, NodeNotFound, NotFound, SlurmError
 from airlock.paths import SafeDir, split_template
 from airlock.recovery.machine import CLOSED, IN_FLIGHT, Obs, parse_slurm_time, stuck_nodes
 from airlock.recovery.store import RecoveryStore
@@ -549,19 +549,39 @@ def timeline(runs: list[dict[str, Any]], recovery: list[dict[str, Any]], node: N
     return entries
 
 
-def node_detail(cfg, name: str, limit: int = 20, before: str | None = None) -> dict[str, Any]:
+def node_detail(cfg, name: str, limit: int = 20, before: str | None = None,
+                last_row: dict[str, Any] | None = None,
+                last_at: float | None = None) -> dict[str, Any]:
     """One node: its status row (as collect() gives it), a page of its recorded runs (newest
     first, `limit` of them, older than run id `before`), and the timeline of that page: the
     page's runs with what the recovery service and Slurm saw from the start of its oldest run
-    (or ever, on the last page) to the start of the next newer run (or now, on the first)."""
+    (or ever, on the last page) to the start of the next newer run (or now, on the first).
+
+    When Slurm does not answer (SlurmError, not NodeNotFound) and last_row is the node's row of
+    the last status read (made at last_at), the page is still answered from the results store
+    and the recovery database: the row is last_row, and slurm_stale says how old it is and why
+    it was not refreshed (None when Slurm answered). Without last_row the error propagates."""
     slurm = Slurm.from_config(cfg)
-    node = slurm.node(name)
+    stale = None
+    try:
+        node: Node | None = slurm.node(name)
+    except NodeNotFound:
+        raise
+    except SlurmError as exc:
+        if last_row is None:
+            raise
+        node = None
+        stale = {"age_s": round(time.time() - (last_at or time.time()), 1),
+                 "error": " ".join(str(exc).split())[:300]}
     res = read_node(cfg, name, history=KEEP)
     record = boot_record(cfg, name)
     limit_s = cfg.registration.suite_timeout + _stuck_grace(cfg)
     errors = _errors(cfg, name)
     recovery, history, actions = _recovery_of(cfg, name)
-    row = node_status(node, res, recovery, stuck(node, limit_s), errors, record)
+    if node is not None:
+        row = node_status(node, res, recovery, stuck(node, limit_s), errors, record)
+    else:
+        row = dict(last_row or {})
     runs = res.history
     start = 0
     if before:
@@ -580,7 +600,8 @@ def node_detail(cfg, name: str, limit: int = 20, before: str | None = None) -> d
             "runs": [_run_summary(r) for r in page],
             "next_before": page[-1]["run_id"] if page and older is not None else None,
             "runs_total": len(runs),
-            "timeline": timeline(page, history, node, record, actions, since, until)}
+            "timeline": timeline(page, history, node, record, actions, since, until),
+            "slurm_stale": stale}
 
 
 def _start_of(run: dict[str, Any]) -> float | None:

@@ -303,7 +303,11 @@ def build(cfg, *, listen_host: str = "127.0.0.1", source: Source | None = None,
             raise HttpError(400, f"before={before!r} is not a run id")
         if before is not None and results.run_node(before) != name:
             raise HttpError(404, f"no recorded run {before} of {name}")
-        return _json(status.node_detail(cfg, name, runs, before))
+        # Slurm away: the page from disk and the database, Slurm's fields from the last read
+        snap = svc.source.latest
+        last = next((r for r in snap.doc["nodes"] if r["node"] == name), None) if snap else None
+        return _json(status.node_detail(cfg, name, runs, before, last,
+                                        snap.read_at if snap else None))
 
     @app.get(f"{API}/runs/{{run_id}}", tags=["nodes"], dependencies=read,
              responses=answers("Run", 400, 401, 404))

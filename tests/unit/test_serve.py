@@ -188,6 +188,28 @@ def test_node_timeline_and_pages(api):
     assert gone.status_code == 404 and "no recorded run" in gone.json()["error"]
 
 
+def test_a_node_page_answers_from_disk_when_slurm_is_away(api, recorded):
+    """On-call needs a node's story most when slurmctld does not answer: the page comes from
+    the results store and the recovery database, the Slurm fields from the last read, marked
+    stale with their age and why."""
+    assert api.get("/api/v1/nodes").status_code == 200  # one good read
+    recorded.slurm.unreachable()
+    res = api.get("/api/v1/nodes/node2")
+    assert res.status_code == 200, res.text
+    doc = valid(api, res.json(), "NodeDetail")
+    assert doc["runs_total"] == 3 and [r["verdict"] for r in doc["runs"]] == [
+        "fail", "fail", "pass"]
+    assert doc["node"]["slurm_state"] == "IDLE+DRAIN"  # as last read
+    stale = doc["slurm_stale"]
+    assert stale["age_s"] >= 0 and "Unable to contact slurm controller" in stale["error"]
+    assert [e["kind"] for e in doc["timeline"]][-2:] == ["check", "drain"]
+    # a node the last read did not list, with Slurm away, is still Slurm's to answer for
+    assert api.get("/api/v1/nodes/node99").status_code == 502
+    recorded.slurm.heal()
+    fresh = api.get("/api/v1/nodes/node2").json()
+    assert fresh["slurm_stale"] is None
+
+
 def test_admin_drain_and_recovery_entries(recorded, tmp_path):
     store = RecoveryStore(str(tmp_path / "recovery.db"))
     case = Case("node2", "rebooted", "default", ("reboot", "replace"), 0, "gpu_count",

@@ -24,6 +24,7 @@
     token: sessionStorage.getItem("airlock.token") || "",
     checkToken: sessionStorage.getItem("airlock.checkToken") || "",
     nodes: null, loadedAt: 0, timer: null, route: "", current: null,
+    lastOk: 0, retryDelay: 0, retryTimer: null,
     table: {q: "", condition: "", partition: "", feature: "", sort: "node", dir: 1, page: 0,
             size: 100},
   };
@@ -356,6 +357,12 @@
         ["results", n.results_problem ? `${n.results_source}: ${n.results_problem}`
           : n.results_source],
       ].filter(([, v]) => v);
+      // Slurm away: the page comes from disk and the database; Slurm's fields are old
+      const stale = data.slurm_stale
+        ? el("p", {class: "banner stale", id: "slurm-stale",
+                   text: `Slurm did not answer: its fields above are from the last read, ` +
+                         `${Math.round(data.slurm_stale.age_s)} s old (${data.slurm_stale.error})`})
+        : null;
       const older = data.next_before
         ? el("a", {href: `#/node/${encodeURIComponent(name)}/${encodeURIComponent(
           data.next_before)}`, text: "older runs ›"}) : null;
@@ -367,6 +374,7 @@
         n.message ? el("p", {class: "message", text: n.message}) : null,
         el("div", {class: "panel"}, el("dl", {class: "facts"},
           facts.map(([k, v]) => [el("dt", {text: k}), el("dd", {text: v})]))),
+        stale,
         el("h2", {text: "Timeline (oldest first)"}),
         el("div", {class: "panel"},
           data.timeline.length
@@ -654,12 +662,29 @@
     return parts[0] ? parts : ["nodes"];
   }
 
+  // A view that failed to load tries again, waiting twice as long each time (2 s to 60 s),
+  // and says when a load last worked: a page opened while Slurm was away comes back by itself.
+  function loadFailed(e, key) {
+    state.retryDelay = Math.min(60, Math.max(2, state.retryDelay * 2));
+    const last = state.lastOk ? `last loaded ${ago(state.lastOk)}` : "not loaded yet";
+    show(el("p", {class: "banner", id: "load-error",
+                  text: `${e.message}. Trying again in ${state.retryDelay} s (${last}).`}));
+    state.retryTimer = setTimeout(() => { if (state.route === key) route(true); },
+                                  state.retryDelay * 1000);
+  }
+  function loaded() {
+    state.lastOk = Date.now() / 1000;
+    state.retryDelay = 0;
+  }
+
   async function route(force) {
     const parts = parseRoute();
     const key = parts.join("/");
     if (!force && key === state.route) return;
+    if (key !== state.route) state.retryDelay = 0;
     state.route = key;
     clearInterval(state.timer);
+    clearTimeout(state.retryTimer);
     for (const a of document.querySelectorAll("nav a")) {
       a.classList.toggle("active", a.dataset.view === parts[0] ||
         (parts[0] === "node" && a.dataset.view === "nodes") ||
@@ -677,17 +702,21 @@
       else v = nodesView();
       state.current = v;
       if (parts[0] !== "nodes") await v.refresh();
+      loaded();
     } catch (e) {
-      show(el("p", {class: "banner", text: e.message}));
+      if (e.status !== 401) loadFailed(e, key);
       return;
     }
     const tick = async () => {
       if (!document.getElementById("auto").checked || v.once) return;
       try {
-        if (parts[0] !== "nodes" && parts[0] !== "checks") await loadNodes();
+        // the header's counts and "updated" follow every view, the checks pages included
+        if (parts[0] !== "nodes") await loadNodes();
         await v.refresh();
+        loaded();
       } catch (e) {
-        banner(`Refresh failed: ${e.message}`);
+        const last = state.lastOk ? `last succeeded ${ago(state.lastOk)}` : "never loaded";
+        banner(`Refresh failed: ${e.message} (${last}); trying again`, "stale");
       }
     };
     state.timer = setInterval(tick, v.interval || REFRESH_MS);
