@@ -25,7 +25,8 @@
     checkToken: sessionStorage.getItem("airlock.checkToken") || "",
     nodes: null, loadedAt: 0, timer: null, route: "", current: null,
     lastOk: 0, retryDelay: 0, retryTimer: null,
-    table: {q: "", condition: "", partition: "", feature: "", sort: "node", dir: 1, page: 0,
+    // bad nodes first by default (CONDITION_RANK), by name within a condition
+    table: {q: "", condition: "", partition: "", feature: "", sort: "condition", dir: 1, page: 0,
             size: 100},
   };
 
@@ -460,6 +461,103 @@
   // --- fleet ---------------------------------------------------------------------------------
   // One bar per node against the profile floor (dashed red) and the fleet median (dark line):
   // a bar under the floor is red, one under fraction x median amber.
+  // Where a figure stands: below the profile floor, a straggler (below fraction x the fleet
+  // median: the burn-in's own rule), or with the fleet.
+  function standing(v, floor, median, fraction) {
+    if (floor && v < floor) return "fail";
+    if (median && fraction && v < fraction * median) return "straggler";
+    return "ok";
+  }
+
+  // One bar per node reads up to ~60 nodes; beyond, a histogram (nodes per bin of the figure)
+  // keeps its text and bars readable at 1,000 or 10,000 nodes, and the list beside it names
+  // the stragglers.
+  function fleetChart(title, unit, nodes, floor, median, fraction) {
+    const chart = nodes.length <= 60 ? barChart(title, unit, nodes, floor, median, fraction)
+      : histogram(title, unit, nodes, floor, median, fraction);
+    return el("div", {class: "fleet-row"}, chart,
+              stragglers(unit, nodes, floor, median, fraction));
+  }
+
+  function stragglers(unit, nodes, floor, median, fraction) {
+    const low = nodes.filter((n) => Number.isFinite(n.value) &&
+                                    standing(n.value, floor, median, fraction) !== "ok")
+      .sort((a, b) => a.value - b.value);
+    const box = el("div", {class: "stragglers"},
+      el("h3", {text: `Stragglers: ${low.length} of ${nodes.length}`}));
+    if (!low.length) {
+      box.append(el("p", {class: "muted", text: "none below the fleet or the floor"}));
+      return box;
+    }
+    const shown = low.slice(0, 100);
+    box.append(el("table", {class: "straggler-list"},
+      el("thead", {}, el("tr", {}, ["node", unit, "vs median"].map((h) =>
+        el("th", {scope: "col", text: h})))),
+      el("tbody", {}, shown.map((n) => el("tr", {"data-node": n.node,
+                                                 class: `st-${standing(n.value, floor, median,
+                                                                       fraction)}`},
+        el("td", {}, nodeLink(n.node)), el("td", {text: fmt(n.value)}),
+        el("td", {text: median ? `${fmt(100 * (n.value / median - 1))} %` : ""}))))));
+    if (low.length > shown.length) {
+      box.append(el("p", {class: "muted", text: `and ${low.length - shown.length} more`}));
+    }
+    return box;
+  }
+
+  function histogram(title, unit, nodes, floor, median, fraction) {
+    const W = 720, H = 260, L = 64, R = 120, T = 24, B = 40, BINS = 40;
+    const values = nodes.map((n) => n.value).filter((v) => Number.isFinite(v));
+    const hi = Math.max(...values, floor || 0, median || 0) * 1.05 || 1;
+    const lo = Math.max(0, Math.min(...values, floor || Infinity) * 0.95);
+    const width = (hi - lo) / BINS || 1;
+    const bins = Array.from({length: BINS}, () => ({count: 0, worst: "ok"}));
+    const rank = {ok: 0, straggler: 1, fail: 2};
+    for (const v of values) {
+      const b = bins[Math.min(BINS - 1, Math.max(0, Math.floor((v - lo) / width)))];
+      b.count += 1;
+      const st = standing(v, floor, median, fraction);
+      if (rank[st] > rank[b.worst]) b.worst = st;
+    }
+    const most = Math.max(...bins.map((b) => b.count), 1);
+    const x = (v) => L + (W - L - R) * (v - lo) / (hi - lo || 1);
+    const y = (c) => T + (H - T - B) * (1 - c / most);
+    const svg = el("svg:svg", {class: "chart histogram", viewBox: `0 0 ${W} ${H}`, width: W,
+                               height: H, role: "img", "aria-label": title});
+    svg.append(el("svg:text", {x: L, y: 15,
+                               text: `${title} (${unit}): ${values.length} nodes per bin`}));
+    for (let i = 0; i <= 4; i++) {
+      const c = Math.round((most * i) / 4);
+      svg.append(el("svg:line", {class: "grid", x1: L, x2: W - R, y1: y(c), y2: y(c)}));
+      svg.append(el("svg:text", {class: "axis", x: L - 6, y: y(c) + 4, "text-anchor": "end",
+                                 text: String(c)}));
+    }
+    for (let i = 0; i <= 4; i++) {
+      const v = lo + ((hi - lo) * i) / 4;
+      svg.append(el("svg:text", {class: "axis", x: x(v), y: H - B + 16, "text-anchor": "middle",
+                                 text: fmt(v)}));
+    }
+    bins.forEach((b, i) => {
+      if (!b.count) return;
+      const x0 = lo + i * width;
+      const rect = el("svg:rect", {class: `bar-${b.worst}`, x: x(x0) + 0.5,
+                                   y: y(b.count), width: Math.max(1, x(x0 + width) - x(x0) - 1),
+                                   height: Math.max(0, y(0) - y(b.count)),
+                                   "data-bin": i, "data-count": b.count});
+      rect.append(el("svg:title", {text: `${b.count} nodes at ${fmt(x0)}–` +
+                                         `${fmt(x0 + width)} ${unit}`}));
+      svg.append(rect);
+    });
+    const mark = (v, cls, label, dy) => {
+      if (!v) return;
+      svg.append(el("svg:line", {class: cls, x1: x(v), x2: x(v), y1: T, y2: H - B}));
+      svg.append(el("svg:text", {x: Math.min(x(v) + 4, W - R + 4), y: T + dy,
+                                 text: `${label} ${fmt(v)}`}));
+    };
+    mark(floor, "floor", "floor", 10);
+    mark(median, "median", "fleet median", 24);
+    return svg;
+  }
+
   function barChart(title, unit, nodes, floor, median, fraction) {
     const W = Math.max(640, Math.min(2400, 26 * nodes.length + 120));
     const H = 260, L = 64, R = 160, T = 24, B = nodes.length <= 60 ? 70 : 24;
@@ -528,8 +626,8 @@
                                              verdict: n.verdict}))
             .sort((a, b) => natural.compare(a.node, b.node));
           const median = d.fleet_median;
-          parts.push(barChart(`burn-in ${d.dtype}`, "TFLOPS", nodes, d.floor, median,
-                              data.fleet_fraction));
+          parts.push(fleetChart(`burn-in ${d.dtype}`, "TFLOPS", nodes, d.floor, median,
+                                data.fleet_fraction));
           if (median === null) parts.push(el("p", {class: "muted",
             text: `No fleet median for ${d.dtype}: ${d.fleet_nodes} passing nodes, ` +
                   `${data.fleet_min_nodes} needed.`}));
@@ -538,8 +636,8 @@
           const nodes = p.allreduce.nodes.map((n) => ({node: n.node, value: n.busbw_gbps,
                                                        verdict: n.verdict}))
             .sort((a, b) => natural.compare(a.node, b.node));
-          parts.push(barChart("all-reduce bus bandwidth", "GB/s", nodes, p.allreduce.floor,
-                              p.allreduce.median, data.fleet_fraction));
+          parts.push(fleetChart("all-reduce bus bandwidth", "GB/s", nodes, p.allreduce.floor,
+                                p.allreduce.median, data.fleet_fraction));
           if (p.allreduce.median === null) parts.push(el("p", {class: "muted",
             text: `No fleet median for the all-reduce: ${p.allreduce.fleet_nodes} passing ` +
                   `nodes, ${data.fleet_min_nodes} needed.`}));
