@@ -524,7 +524,8 @@
     const svg = el("svg:svg", {class: "chart histogram", viewBox: `0 0 ${W} ${H}`, width: W,
                                height: H, role: "img", "aria-label": title});
     svg.append(el("svg:text", {x: L, y: 15,
-                               text: `${title} (${unit}): ${values.length} nodes per bin`}));
+                               text: `${title} (${unit}): ${values.length} nodes, ` +
+                                     "counted per bin"}));
     for (let i = 0; i <= 4; i++) {
       const c = Math.round((most * i) / 4);
       svg.append(el("svg:line", {class: "grid", x1: L, x2: W - R, y1: y(c), y2: y(c)}));
@@ -539,9 +540,11 @@
     bins.forEach((b, i) => {
       if (!b.count) return;
       const x0 = lo + i * width;
+      // a bin of a few stragglers among thousands still shows (3 px at least)
+      const h = Math.max(3, y(0) - y(b.count));
       const rect = el("svg:rect", {class: `bar-${b.worst}`, x: x(x0) + 0.5,
-                                   y: y(b.count), width: Math.max(1, x(x0 + width) - x(x0) - 1),
-                                   height: Math.max(0, y(0) - y(b.count)),
+                                   y: y(0) - h, width: Math.max(1, x(x0 + width) - x(x0) - 1),
+                                   height: h,
                                    "data-bin": i, "data-count": b.count});
       rect.append(el("svg:title", {text: `${b.count} nodes at ${fmt(x0)}–` +
                                          `${fmt(x0 + width)} ${unit}`}));
