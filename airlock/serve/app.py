@@ -277,7 +277,7 @@ def build(cfg, *, listen_host: str = "127.0.0.1", source: Source | None = None,
                                  f"{', '.join(STATE_WORDS)})")
         wanted = set(words)
         if not (partition or feature or wanted):
-            if "gzip" in request.headers.get("accept-encoding", ""):
+            if accepts_gzip(request.headers.get("accept-encoding", "")):
                 return Response(snap.gzip, media_type="application/json",
                                 headers={**headers, "content-encoding": "gzip",
                                          "vary": "accept-encoding", "cache-control": "no-store"})
@@ -451,6 +451,20 @@ _REASONS = {400: "bad request", 401: "no or wrong token", 403: "not allowed here
             404: "not found", 409: "a check is already running", 411: "length required",
             413: "body too large", 422: "invalid body", 429: "rate limit",
             502: "Slurm did not answer", 503: "status not read yet"}
+
+
+def accepts_gzip(header: str) -> bool:
+    """Accept-Encoding names gzip (or *) with a q above 0: "gzip;q=0" refuses it."""
+    for item in header.split(","):
+        coding, _, params = item.strip().partition(";")
+        if coding.strip().lower() not in ("gzip", "*"):
+            continue
+        q = params.strip().lower()
+        try:
+            return float(q[2:]) > 0 if q.startswith("q=") else True
+        except ValueError:
+            return False
+    return False
 
 
 def allowed_methods(app: FastAPI, path: str) -> list[str]:

@@ -332,6 +332,19 @@ def test_metrics_are_the_controller_families(api):
     assert api.get("/healthz").json()["ok"] is True
 
 
+def test_gzip_only_when_accepted_and_hsts_only_over_tls(recorded, tmp_path, api):
+    refused = api.get("/api/v1/nodes", headers={"Accept-Encoding": "gzip;q=0, identity"})
+    assert "content-encoding" not in refused.headers and refused.json()["nodes"]
+    assert api.get("/api/v1/nodes", headers={"Accept-Encoding": "br, gzip;q=0.5"}).headers[
+        "content-encoding"] == "gzip"
+    assert "strict-transport-security" not in api.get("/healthz").headers
+    from airlock.serve.app import build
+
+    cfg = config_mod.load(recorded.write(serve={"refresh": 60.0}))
+    with TestClient(build(cfg), base_url="https://127.0.0.1:9642") as tls:
+        assert tls.get("/healthz").headers["strict-transport-security"] == "max-age=31536000"
+
+
 def test_metrics_export_the_recovery_services_heartbeat(recorded, tmp_path):
     """The age of the recovery service's last poll is what tells a dead recovery service from a
     quiet one (deploy/: AirlockRecoveryHeartbeatStale)."""
