@@ -55,6 +55,7 @@ def test_views_that_failed_to_load_come_back_and_node_pages_answer_without_slurm
         stale = page.wait_for_selector("#slurm-stale", timeout=WAIT_MS)
         assert "Slurm did not answer" in stale.text_content()
         assert page.locator("#timeline li").count() >= 4
+        assert page.locator("#timeline details summary").first.text_content() == "1 check"
         # the header keeps refreshing on the checks pages: a node failing meanwhile is counted
         recorded.slurm.heal()
         page.goto(base + "#/checks")

@@ -325,7 +325,8 @@
       e.verdict ? verdictBadge(e.verdict) : null, " ",
       el("span", {class: "summary", text: e.summary}));
     if (e.checks && e.checks.length) {
-      const d = el("details", {}, el("summary", {text: `${e.checks.length} checks`}),
+      const d = el("details", {}, el("summary", {
+        text: `${e.checks.length} check${e.checks.length === 1 ? "" : "s"}`}),
                    checksTable(e.checks));
       if (e.run_id) d.append(el("p", {}, el("a", {href: `#/run/${encodeURIComponent(e.run_id)}`,
                                                    text: `run ${e.run_id}`})));
