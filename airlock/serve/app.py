@@ -27,10 +27,11 @@ from starlette.exceptions import HTTPException
 from airlock import __version__, ondemand
 from airlock.checks import registry
 from airlock.errors import AirlockError, NodeNotFound, NotFound, SlurmError
-from airlock.paths import valid_node_name
+from airlock.paths import NODE_NAME, valid_node_name
 from airlock.records import results
 from airlock.serve import ledger as ledger_routes
-from airlock.serve import schema
+from airlock.serve import openapi as openapi_doc
+from airlock.serve import schema, targets
 from airlock.serve.checks import CheckRunner, Conflict, RateLimited
 from airlock.serve.fleet import fleet_view
 from airlock.serve.security import MAX_ACTIVE, Guard, Tokens, allowed_hosts
@@ -48,6 +49,11 @@ CHECK_NAMES = sorted({c.name for c in registry.CHECKS if c.levels != (registry.E
 # Anything a person or Slurm could call a node, partition or feature, and nothing that is not
 # printable on one line (a NUL could not even become an argument of `airlock check`).
 PRINTABLE = r"[^\x00-\x1f\x7f]*"
+# What the server accepts in paths and queries, as the OpenAPI document states it (anchored:
+# JSON Schema patterns search). Node names and run ids are airlock.paths' own patterns.
+NODE_PATTERN = f"^{NODE_NAME.pattern}$"
+RUN_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._]*-[0-9]+-" + NODE_NAME.pattern + "$"
+CHECK_PATTERN = r"^[0-9]{8}T[0-9]{6}-[0-9a-f]{8}$"
 
 
 class HttpError(Exception):
@@ -65,25 +71,29 @@ class CheckRequest(BaseModel):
     feature) and what to run. The same choices as `airlock check --nodes/--partition/
     --feature`; with nodes and a partition (or feature), the nodes in it."""
 
-    model_config = ConfigDict(extra="forbid")
+    # At least one of the targets (the document says so too: an empty body is not a check).
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"anyOf": [
+        {"required": ["nodes"]}, {"required": ["partition"]}, {"required": ["feature"]}]})
 
-    nodes: str | None = Field(None, max_length=4096,
-                              description="a Slurm hostlist expression, e.g. node[1-4],gpu07")
-    partition: str | None = Field(None, max_length=256)
-    feature: str | None = Field(None, max_length=256)
+    # Absent, never null: a target given is one line of text.
+    nodes: str = Field(None, min_length=1, max_length=4096, pattern=f"^{PRINTABLE}$",
+                       description="a Slurm hostlist expression, e.g. node[1-4],gpu07")
+    partition: str = Field(None, min_length=1, max_length=256, pattern=f"^{PRINTABLE}$")
+    feature: str = Field(None, min_length=1, max_length=256, pattern=f"^{PRINTABLE}$")
     level: Literal["standard", "deep"] = Field(
         "standard", description="the level run on every target (the on-demand levels)")
     wait_jobs: float = Field(10.0, ge=0, le=1440, allow_inf_nan=False,
                              description="minutes to wait for running jobs before a target "
                                          "is skipped (its jobs are never touched)")
-    only: list[Annotated[str, Field(max_length=64)]] = Field(
+    only: list[Annotated[str, Field(max_length=64,
+                                    json_schema_extra={"enum": CHECK_NAMES})]] = Field(
         default_factory=list, max_length=32,
         description=f"run only these checks: {', '.join(CHECK_NAMES)}")
 
-    @field_validator("nodes", "partition", "feature")
+    @field_validator("nodes", "partition", "feature", mode="before")
     @classmethod
-    def _one_line(cls, value: str | None) -> str | None:
-        if value is not None and not re.fullmatch(PRINTABLE, value):
+    def _one_line(cls, value: Any) -> Any:
+        if isinstance(value, str) and not re.fullmatch(PRINTABLE, value):
             raise ValueError("must be one line of printable text")
         return value
 
@@ -177,11 +187,19 @@ def build(cfg, *, listen_host: str = "127.0.0.1", source: Source | None = None,
     @app.exception_handler(HTTPException)
     async def _starlette_error(request, exc: HTTPException):
         message = exc.detail if exc.status_code != 404 else f"not found: {request.url.path}"
-        return JSONResponse(error_body(message), exc.status_code,
-                            headers=dict(exc.headers or {}))
+        headers = {k.lower(): v for k, v in (exc.headers or {}).items()}
+        if exc.status_code == 405:  # every method of the path, not only the first route's
+            headers["allow"] = ", ".join(allowed_methods(app, request.url.path))
+        return JSONResponse(error_body(message), exc.status_code, headers=headers)
 
     @app.exception_handler(RequestValidationError)
-    async def _validation_error(_request, exc: RequestValidationError):
+    async def _validation_error(request, exc: RequestValidationError):
+        # Who may comes before what was sent: a bad body without the check token is a 401.
+        if request.method == "POST":
+            try:
+                may_check(request)
+            except HttpError as refused:
+                return await _http_error(request, refused)
         return JSONResponse(error_body(validation_message(exc)), 422)
 
     @app.exception_handler(AirlockError)
@@ -257,13 +275,14 @@ def build(cfg, *, listen_host: str = "127.0.0.1", source: Source | None = None,
         the counts are over what is listed."""
         snap = svc.snapshot()
         headers = svc.age_headers(snap)
-        wanted = {w.strip() for s in state or [] for w in s.split(",") if w.strip()}
-        unknown = sorted(wanted - set(STATE_WORDS))
+        words = [w for s in state or [] for w in s.split(",")]
+        unknown = [w for w in words if w not in STATE_WORDS]
         if unknown:
             raise HttpError(400, f"unknown state {unknown[0]!r} (known: "
                                  f"{', '.join(STATE_WORDS)})")
+        wanted = set(words)
         if not (partition or feature or wanted):
-            if "gzip" in request.headers.get("accept-encoding", ""):
+            if accepts_gzip(request.headers.get("accept-encoding", "")):
                 return Response(snap.gzip, media_type="application/json",
                                 headers={**headers, "content-encoding": "gzip",
                                          "vary": "accept-encoding", "cache-control": "no-store"})
@@ -280,14 +299,20 @@ def build(cfg, *, listen_host: str = "127.0.0.1", source: Source | None = None,
              responses=answers("NodeDetail", 400, 401, 404, 502))
     def node(name: str,
              runs: Annotated[int, Query(ge=1, le=50, description="runs per page")] = 20,
-             before: Annotated[str | None, Query(max_length=200, description=(
+             before: Annotated[str | None, Query(max_length=160, description=(
                  "the run id a page ends after (next_before of the newer page)"))] = None):
         """One node: its status row, its timeline (oldest first) and a page of its runs."""
         if not valid_node_name(name):
             raise HttpError(400, f"{name!r} is not a node name")
+        if before is not None and not results.run_node(before):
+            raise HttpError(400, f"before={before!r} is not a run id")
         if before is not None and results.run_node(before) != name:
-            raise HttpError(400, f"before={before!r} is not a run id of {name}")
-        return _json(status.node_detail(cfg, name, runs, before))
+            raise HttpError(404, f"no recorded run {before} of {name}")
+        # Slurm away: the page from disk and the database, Slurm's fields from the last read
+        snap = svc.source.latest
+        last = next((r for r in snap.doc["nodes"] if r["node"] == name), None) if snap else None
+        return _json(status.node_detail(cfg, name, runs, before, last,
+                                        snap.read_at if snap else None))
 
     @app.get(f"{API}/runs/{{run_id}}", tags=["nodes"], dependencies=read,
              responses=answers("Run", 400, 401, 404))
@@ -329,6 +354,8 @@ def build(cfg, *, listen_host: str = "127.0.0.1", source: Source | None = None,
         check's id; GET /api/v1/checks/{id} follows it. One at a time (409), at most [serve]
         checks_per_hour (429)."""
         request = body.model_dump()
+        if body.nodes:
+            bound_targets(body.nodes, svc.source.latest)
         try:
             targets = ondemand.select_targets(Slurm.from_config(cfg), body.nodes,
                                               body.partition, body.feature)
@@ -395,7 +422,11 @@ def build(cfg, *, listen_host: str = "127.0.0.1", source: Source | None = None,
                     if path == "/healthz":
                         continue
                     op["security"] = [{"check": []}] if method == "post" else [{"read": []}, {}]
-            app.openapi_schema = doc
+            app.openapi_schema = openapi_doc.exact(
+                doc, {"name": {"pattern": NODE_PATTERN, "maxLength": 64},
+                      "run_id": {"pattern": RUN_PATTERN, "maxLength": 160},
+                      "before": {"pattern": RUN_PATTERN, "maxLength": 160},
+                      "check_id": {"pattern": CHECK_PATTERN}}, {"state": STATE_PATTERN})
         return app.openapi_schema
 
     app.openapi = openapi
@@ -405,10 +436,54 @@ def build(cfg, *, listen_host: str = "127.0.0.1", source: Source | None = None,
 
 
 STATE_WORDS = sorted(set(status.STATES) | set(status.CONDITIONS))
+_WORD = "(?:" + "|".join(re.escape(w) for w in STATE_WORDS) + ")"
+STATE_PATTERN = f"^{_WORD}(?:,{_WORD})*$"
+# Names a target expression may hold before Slurm's node list has been read once.
+MAX_TARGETS = 100_000
+
+
+def bound_targets(expr: str, snap: Snapshot | None) -> None:
+    """Refuse a node expression naming more nodes than Slurm lists (MAX_TARGETS before the
+    first read), counted before anything expands it (airlock.serve.targets)."""
+    limit = len(snap.doc["nodes"]) if snap is not None else MAX_TARGETS
+    try:
+        named = targets.count(expr, limit)
+    except targets.BadHostlist as exc:
+        raise HttpError(400, f"bad node list: {exc}") from None
+    if named > limit:
+        where = "Slurm lists" if snap is not None else "a check may name"
+        raise HttpError(422, f"nodes: the expression names at least {named} nodes, more "
+                             f"than the {limit} {where}")
 _REASONS = {400: "bad request", 401: "no or wrong token", 403: "not allowed here",
             404: "not found", 409: "a check is already running", 411: "length required",
             413: "body too large", 422: "invalid body", 429: "rate limit",
             502: "Slurm did not answer", 503: "status not read yet"}
+
+
+def accepts_gzip(header: str) -> bool:
+    """Accept-Encoding names gzip (or *) with a q above 0: "gzip;q=0" refuses it."""
+    for item in header.split(","):
+        coding, _, params = item.strip().partition(";")
+        if coding.strip().lower() not in ("gzip", "*"):
+            continue
+        q = params.strip().lower()
+        try:
+            return float(q[2:]) > 0 if q.startswith("q=") else True
+        except ValueError:
+            return False
+    return False
+
+
+def allowed_methods(app: FastAPI, path: str) -> list[str]:
+    """The methods some route answers at path (HEAD wherever GET is: the Guard serves it)."""
+    methods: set[str] = set()
+    for route in app.routes:
+        regex = getattr(route, "path_regex", None)
+        if regex is not None and regex.match(path):
+            methods |= set(getattr(route, "methods", None) or ())
+    if "GET" in methods:
+        methods.add("HEAD")
+    return sorted(methods)
 
 
 def validation_message(exc: RequestValidationError) -> str:

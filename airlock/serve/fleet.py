@@ -7,7 +7,8 @@ below
 the fleet is exactly the one to see. The burn-in reference is the fleet comparison's own
 (airlock.checks.fleet: the latest passing burn-in of each node with that profile, read from the
 shared directory without following links, outliers dropped by the median absolute deviation,
-none below [burnin] fleet_min_nodes nodes), i.e. what a node's next burn-in is compared with.
+none below [burnin] fleet_min_nodes nodes, only nodes Slurm lists), i.e. what a node's next
+burn-in is compared with.
 The all-reduce has no fleet comparison in the checks; its median is the plain median of the
 nodes whose all-reduce passed, given at least fleet_min_nodes of them (as for the burn-in).
 """
@@ -59,6 +60,7 @@ def floors(name: str, dirs: list[str]) -> tuple[dict[str, float], float | None]:
 
 def fleet_view(cfg, nodes: list[str], timeout: float = 60.0) -> dict[str, Any]:
     results = read_many(cfg, nodes, HISTORY, timeout=timeout)
+    members = set(nodes)
     profiles: dict[str, dict[str, Any]] = {}
 
     def profile(name: str) -> dict[str, Any]:
@@ -99,7 +101,10 @@ def fleet_view(cfg, nodes: list[str], timeout: float = 60.0) -> dict[str, Any]:
             entry["allreduce"]["floor"] = busbw_floor
         if entry["burnin"]:
             # What the fleet comparison would compare a node's next burn-in with.
-            others = read_fleet(cfg.shared_dir, "", name, ignored=ignored)
+            # Members are the nodes Slurm lists (`nodes`, from the status read's one Slurm
+            # call), as for the check itself (checks.fleet.fleet_members): a retired node's
+            # folder left in the shared directory is not the fleet.
+            others = read_fleet(cfg.shared_dir, "", name, ignored=ignored, members=members)
             for dtype, d in entry["burnin"].items():
                 d["fleet_median"] = fleet_reference(others, dtype, min_nodes)
                 d["fleet_nodes"] = sum(1 for figs in others.values() if dtype in figs)

@@ -23,8 +23,11 @@ from airlock.serve.source import encode
 
 CACHE_S = 30.0
 API = "/api/v1"
-Since = Annotated[str, Query(max_length=16, description="the window: a number and m, h, d or w "
-                                                        "(30d, 12h, 90m, 2w)")]
+# The window's form is in the schema; its range (more than 0, at most 400 days) is the one
+# refusal (400) no pattern states, allowed for in tests/unit/schemathesis.toml.
+Since = Annotated[str, Query(max_length=16, pattern=r"^[0-9]+(\.[0-9]+)?[mhdw]$",
+                             description="the window: a number and m, h, d or w (30d, 12h, 90m, "
+                                         "2w), more than 0 and at most 400 days")]
 
 
 class LedgerCache:

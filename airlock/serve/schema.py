@@ -114,7 +114,7 @@ SCHEMAS: dict[str, Any] = {
     "NodeDetail": {
         "type": "object",
         "required": ["schema", "generated_at", "node", "runs", "next_before", "runs_total",
-                     "timeline"],
+                     "timeline", "slurm_stale"],
         "properties": {
             "schema": {"const": 1}, "generated_at": NUM,
             "node": ref("StatusNode"),
@@ -123,6 +123,13 @@ SCHEMAS: dict[str, Any] = {
             "next_before": {"type": ["string", "null"],
                             "description": "pass as ?before= for the next (older) page"},
             "runs_total": {"type": "integer"},
+            "slurm_stale": {
+                "description": "null when Slurm answered; else the node's Slurm fields are "
+                               "those of the last status read, age_s seconds old, and error "
+                               "says why they were not refreshed",
+                "anyOf": [{"type": "null"}, {
+                    "type": "object", "required": ["age_s", "error"],
+                    "properties": {"age_s": NUM, "error": STR}}]},
             "timeline": {"type": "array", "items": ref("TimelineEntry"),
                          "description": "oldest first: this page's runs and what recovery and "
                                         "Slurm saw in the same span"}},

@@ -34,6 +34,7 @@ HEADERS = [
     (b"referrer-policy", b"no-referrer"),
     (b"cross-origin-resource-policy", b"same-origin"),
 ]
+HSTS = (b"strict-transport-security", b"max-age=31536000")
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 MAX_ACTIVE = 256  # requests answered at once
 
@@ -150,9 +151,18 @@ class Guard:
                                                        "progress; try again"),
                                      [(b"retry-after", b"1")])
 
+        head = scope["method"] == "HEAD"
+        if head:  # a GET without its body (FastAPI's routes answer GET only)
+            scope = {**scope, "method": "GET"}
+
+        # Over TLS, browsers are told to keep to it (never on plain HTTP, where it is ignored).
+        extra = HEADERS + [HSTS] if scope.get("scheme") == "https" else HEADERS
+
         async def send_with_headers(message):
             if message["type"] == "http.response.start":
-                message = {**message, "headers": [*message.get("headers", []), *HEADERS]}
+                message = {**message, "headers": [*message.get("headers", []), *extra]}
+            elif head and message["type"] == "http.response.body":
+                message = {**message, "body": b""}
             await send(message)
 
         self.active += 1

@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 from airlock import fanout
-from airlock.errors import ConfigError, NotFound
+from airlock.errors import ConfigError, NodeNotFound, NotFound, SlurmError
 from airlock.paths import SafeDir, split_template
 from airlock.records import incidents
 from airlock.records import proof as nodestate
@@ -37,9 +37,11 @@ STATES = ("healthy", "quarantined", "failed", "own-error", "recovering", "draine
 # `condition`: the same view, finer, as the console and API show it (HyperPod's InstanceStatus):
 # quarantined splits into pending and checking; Airlock's own trouble ("error": an own-error
 # drain, a hook that failed, a last run that did not see the node) is its own state, never a
-# pass or a failure of the node; an adopted boot (first seen running jobs) is named.
+# pass or a failure of the node; an adopted boot (first seen running jobs) is named; a node in
+# service without a readable latest result is "not-seen": nothing the controller can read says
+# it passed (a broken or missing document, an unreachable shared folder), so it is not healthy.
 CONDITIONS = ("healthy", "pending", "checking", "failed", "error", "recovering", "adopted",
-              "drained-other", "down", "future", "unknown")
+              "not-seen", "drained-other", "down", "future", "unknown")
 # The triggers of a registration suite (hooks/gate.py): it isolates the node first.
 REGISTRATION_TRIGGERS = ("new", "boot", "record", "adopt")
 
@@ -69,10 +71,11 @@ def classify(node: Node) -> str:
 
 def condition(node: Node, run: dict[str, Any] | None,
               errors: dict[str, dict[str, Any]] | None = None,
-              record: dict[str, Any] | None = None) -> tuple[str, str]:
+              record: dict[str, Any] | None = None, problem: str = "") -> tuple[str, str]:
     """(condition, message): the node's state in CONDITIONS and one line for people saying why.
     record is the node's boot record (node.json) when this host can read it, else None: then
-    "checking" and "adopted" are told from Slurm's reason alone."""
+    "checking" and "adopted" are told from Slurm's reason alone. run is the node's readable
+    latest run (None when there is none: problem says why)."""
     state = classify(node)
     claim = reasons.parse(node.reason_in_force)
     if state == "quarantined":
@@ -96,6 +99,9 @@ def condition(node: Node, run: dict[str, Any] | None,
                              f"the node: {run.get('detail', '')}")
         if record is not None and record.get("status") == "adopted":
             return "adopted", f"adopted: {record.get('detail') or 'first seen running jobs'}"
+        if run is None:
+            return "not-seen", ("in service, but no readable result says it passed: "
+                                f"{problem or 'none recorded'}")
         return "healthy", ""
     if state == "recovering":
         return state, f"recovery: {claim.subject} {claim.detail}".strip()
@@ -160,7 +166,8 @@ def recovery_memory(cfg) -> dict[str, dict[str, int]]:
 
 def recovery_metrics(cfg) -> dict[str, Any]:
     """{"actions": {(action, status): count}, "breaker_open": bool, "in_flight": int,
-    "refailed": [(node, check, action)]}, or {} without a recovery database."""
+    "refailed": [(node, check, action)], "heartbeat": the service's last poll (epoch seconds;
+    None before its first)}, or {} without a recovery database."""
     store = _recovery_store(cfg)
     if store is None:
         return {}
@@ -171,9 +178,11 @@ def recovery_metrics(cfg) -> dict[str, Any]:
             key = (str(a["kind"]), str(a["status"]))
             actions[key] = actions.get(key, 0) + 1
         cases = store.cases().values()
+        beat = store.heartbeat()
         return {"actions": actions, "breaker_open": bool(store.breaker()["open"]),
                 "in_flight": sum(c.state in IN_FLIGHT for c in cases),
-                "refailed": refailed(cases)}
+                "refailed": refailed(cases),
+                "heartbeat": float(beat["last_poll"]) if beat["polls"] else None}
     except Exception:  # gracefully empty, like a missing database
         return {}
     finally:
@@ -231,7 +240,7 @@ def node_status(node: Node, res: NodeResults, recovery: str = "", stuck_why: str
     run = res.run or {}
     parsed = reasons.parse(node.reason_in_force)
     state = classify(node)
-    cond, message = condition(node, res.run, errors, record)
+    cond, message = condition(node, res.run, errors, record, res.problem)
     # The reason in force is what drained the node; the last run may be a later periodic pass.
     if parsed is not None and parsed.is_failure:
         failed_check, detail = parsed.subject, parsed.detail
@@ -544,19 +553,39 @@ def timeline(runs: list[dict[str, Any]], recovery: list[dict[str, Any]], node: N
     return entries
 
 
-def node_detail(cfg, name: str, limit: int = 20, before: str | None = None) -> dict[str, Any]:
+def node_detail(cfg, name: str, limit: int = 20, before: str | None = None,
+                last_row: dict[str, Any] | None = None,
+                last_at: float | None = None) -> dict[str, Any]:
     """One node: its status row (as collect() gives it), a page of its recorded runs (newest
     first, `limit` of them, older than run id `before`), and the timeline of that page: the
     page's runs with what the recovery service and Slurm saw from the start of its oldest run
-    (or ever, on the last page) to the start of the next newer run (or now, on the first)."""
+    (or ever, on the last page) to the start of the next newer run (or now, on the first).
+
+    When Slurm does not answer (SlurmError, not NodeNotFound) and last_row is the node's row of
+    the last status read (made at last_at), the page is still answered from the results store
+    and the recovery database: the row is last_row, and slurm_stale says how old it is and why
+    it was not refreshed (None when Slurm answered). Without last_row the error propagates."""
     slurm = Slurm.from_config(cfg)
-    node = slurm.node(name)
+    stale = None
+    try:
+        node: Node | None = slurm.node(name)
+    except NodeNotFound:
+        raise
+    except SlurmError as exc:
+        if last_row is None:
+            raise
+        node = None
+        stale = {"age_s": round(time.time() - (last_at or time.time()), 1),
+                 "error": " ".join(str(exc).split())[:300]}
     res = read_node(cfg, name, history=KEEP)
     record = boot_record(cfg, name)
     limit_s = cfg.registration.suite_timeout + _stuck_grace(cfg)
     errors = _errors(cfg, name)
     recovery, history, actions = _recovery_of(cfg, name)
-    row = node_status(node, res, recovery, stuck(node, limit_s), errors, record)
+    if node is not None:
+        row = node_status(node, res, recovery, stuck(node, limit_s), errors, record)
+    else:
+        row = dict(last_row or {})
     runs = res.history
     start = 0
     if before:
@@ -575,7 +604,8 @@ def node_detail(cfg, name: str, limit: int = 20, before: str | None = None) -> d
             "runs": [_run_summary(r) for r in page],
             "next_before": page[-1]["run_id"] if page and older is not None else None,
             "runs_total": len(runs),
-            "timeline": timeline(page, history, node, record, actions, since, until)}
+            "timeline": timeline(page, history, node, record, actions, since, until),
+            "slurm_stale": stale}
 
 
 def _start_of(run: dict[str, Any]) -> float | None:

@@ -172,6 +172,11 @@ def controller_registry(status: dict[str, Any], recovery: dict[str, Any]):
         if "in_flight" in recovery:
             Gauge("airlock_recovery_in_flight", "Nodes with a recovery action under way",
                   registry=reg).set(recovery["in_flight"])
+        if recovery.get("heartbeat") is not None:
+            # Its age (time() - this) tells a recovery service that stopped from a quiet one.
+            Gauge("airlock_recovery_heartbeat_timestamp_seconds", "When the recovery service "
+                  "last polled (its heartbeat in the recovery database)",
+                  registry=reg).set(recovery["heartbeat"])
         if "refailed" in recovery:
             again = Gauge("airlock_recovery_refailed", "1 while a node whose recovery rebooted "
                           "or replaced it fails the same check again (the action did not help)",

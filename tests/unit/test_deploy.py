@@ -16,7 +16,12 @@ RULES = ROOT / "deploy" / "prometheus" / "airlock-alerts.yml"
 RULE_TESTS = ROOT / "deploy" / "prometheus" / "airlock-alerts.test.yml"
 DASHBOARD = ROOT / "deploy" / "grafana" / "airlock-dashboard.json"
 ALERTS = {"AirlockNodeStuckPending", "AirlockRecoveryBreakerOpen", "AirlockFailRateHigh",
-          "AirlockOwnError", "AirlockSameCheckAfterRecovery", "AirlockMetricsStale"}
+          "AirlockOwnError", "AirlockSameCheckAfterRecovery", "AirlockMetricsStale",
+          "AirlockServiceDown", "AirlockMetricsAbsent", "AirlockRecoveryHeartbeatStale",
+          "AirlockNodesNotSeen"}
+# Alerts that must fire on silence: while the service is gone, its series vanish and a rule
+# comparing them with time() has nothing to compare (issue 26).
+SILENCE = {"AirlockServiceDown", "AirlockMetricsAbsent"}
 
 
 def promtool() -> str:
@@ -90,3 +95,27 @@ def test_dashboard_loads_and_queries_only_airlock_metrics():
     conditions = {"healthy", "failed", "error"}
     shown = {m for e in exprs for m in re.findall(r'condition="(\w+)"', e)}
     assert conditions <= shown
+
+
+def test_the_service_gone_for_an_hour_fires_alerts(tmp_path):
+    """A test group of the committed tests stops every series of the service after 10 minutes
+    and keeps up{job="airlock"} at 0 for an hour: the silence alerts fire then, and the rules
+    without absent() and up would have said nothing (the group fails without them)."""
+    import yaml
+
+    tests = yaml.safe_load(RULE_TESTS.read_text())["tests"]
+    gone = [t for t in tests
+            if any(s["series"].startswith('up{job="airlock"') and "0x60" in s["values"]
+                   for s in t["input_series"])]
+    assert len(gone) == 1, "no 'service gone for an hour' group in the rule tests"
+    firing = {a["alertname"] for a in gone[0]["alert_rule_test"]
+              if a["exp_alerts"] and a["eval_time"] == "70m"}
+    assert firing >= SILENCE
+    rules = yaml.safe_load(RULES.read_text())
+    kept = [r for r in rules["groups"][0]["rules"] if r["alert"] not in SILENCE]
+    rules["groups"][0]["rules"] = kept
+    (tmp_path / RULES.name).write_text(yaml.safe_dump(rules))
+    shutil.copy(RULE_TESTS, tmp_path / RULE_TESTS.name)
+    blind = subprocess.run([promtool(), "test", "rules", RULE_TESTS.name], capture_output=True,
+                           text=True, timeout=60, cwd=tmp_path)
+    assert blind.returncode != 0 and "AirlockServiceDown" in blind.stdout + blind.stderr

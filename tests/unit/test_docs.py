@@ -104,7 +104,7 @@ def test_every_metric_is_documented():
                 {"nodes": [row], "summary": dict.fromkeys(status.STATES, 0),
                  "conditions": dict.fromkeys(status.CONDITIONS, 0), "generated_at": 1.0},
                 {"actions": {("reboot", "done"): 1}, "breaker_open": False, "in_flight": 0,
-                 "refailed": [("n", "gpu_count", "reboot")]})]
+                 "refailed": [("n", "gpu_count", "reboot")], "heartbeat": 1.0})]
     names = {s.name for reg in regs for fam in reg.collect() for s in fam.samples}
     documented = set(re.findall(r"^\| `(airlock_\w+)` \|", (DOCS / "metrics.md").read_text(),
                                 re.M))

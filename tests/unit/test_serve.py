@@ -154,7 +154,11 @@ def test_condition_never_calls_airlock_trouble_a_pass_or_a_failure():
     assert status.condition(node(), None, None, {"status": "adopted", "detail": "busy"})[0] \
         == "adopted"
     # a resumed node that kept its old reason (24.11 without accounting) is healthy
-    assert status.condition(node(reason="airlock: FAIL gpu_count 7"), None)[0] == "healthy"
+    assert status.condition(node(reason="airlock: FAIL gpu_count 7"), {"verdict": "pass"})[0] \
+        == "healthy"
+    # in service, but no readable result vouches for it: not seen, never healthy
+    cond, msg = status.condition(node(), None, problem="shared results: latest.json: not JSON")
+    assert cond == "not-seen" and msg.endswith("latest.json: not JSON")
 
 
 # --- one node, its timeline and its runs ------------------------------------------------------
@@ -178,9 +182,33 @@ def test_node_timeline_and_pages(api):
                                                       "resume"]
     wrong = api.get("/api/v1/nodes/node2", params={"before": page1["runs"][0]["run_id"][:-1]
                                                    + "1"})
-    assert wrong.status_code == 400 and "not a run id of node2" in wrong.json()["error"]
+    # a run id of another node is a run this node does not have (a schema-valid id: 404)
+    assert wrong.status_code == 404 and "no recorded run" in wrong.json()["error"]
+    assert api.get("/api/v1/nodes/node2", params={"before": "x"}).status_code == 400
     gone = api.get("/api/v1/nodes/node2", params={"before": "20000101T000000-1-node2"})
     assert gone.status_code == 404 and "no recorded run" in gone.json()["error"]
+
+
+def test_a_node_page_answers_from_disk_when_slurm_is_away(api, recorded):
+    """On-call needs a node's story most when slurmctld does not answer: the page comes from
+    the results store and the recovery database, the Slurm fields from the last read, marked
+    stale with their age and why."""
+    assert api.get("/api/v1/nodes").status_code == 200  # one good read
+    recorded.slurm.unreachable()
+    res = api.get("/api/v1/nodes/node2")
+    assert res.status_code == 200, res.text
+    doc = valid(api, res.json(), "NodeDetail")
+    assert doc["runs_total"] == 3 and [r["verdict"] for r in doc["runs"]] == [
+        "fail", "fail", "pass"]
+    assert doc["node"]["slurm_state"] == "IDLE+DRAIN"  # as last read
+    stale = doc["slurm_stale"]
+    assert stale["age_s"] >= 0 and "Unable to contact slurm controller" in stale["error"]
+    assert [e["kind"] for e in doc["timeline"]][-2:] == ["check", "drain"]
+    # a node the last read did not list, with Slurm away, is still Slurm's to answer for
+    assert api.get("/api/v1/nodes/node99").status_code == 502
+    recorded.slurm.heal()
+    fresh = api.get("/api/v1/nodes/node2").json()
+    assert fresh["slurm_stale"] is None
 
 
 def test_admin_drain_and_recovery_entries(recorded, tmp_path):
@@ -273,6 +301,25 @@ def test_fleet_view_against_the_fleet_comparison(recorded, tmp_path):
     assert sorted(n["node"] for n in ar["nodes"]) == ["node2", "node3", "node4", "node5"]
 
 
+def test_fleet_median_counts_only_the_nodes_slurm_lists(recorded, tmp_path):
+    """Four live nodes were painted as stragglers against a median of retired ones: folders
+    of nodes Slurm no longer lists stay in the shared directory, and are not the fleet (the
+    burn-in check's own reference, checks/fleet.py fleet_members, leaves them out too)."""
+    for i in range(2, 5):
+        recorded.add_run(run_doc(f"node{i}", finished_at=NOW - 200 + i, seq=20 + i, checks=[
+            check("burnin", min_tflops=0.010, median_tflops={"fp32": 0.010}, profile="cpu")]),
+            latest=False)
+    for i in range(6):  # retired: faster, more numerous, gone from Slurm
+        recorded.add_run(run_doc(f"old{i}", finished_at=NOW - 9000, seq=40 + i, checks=[
+            check("burnin", min_tflops=0.050, median_tflops={"fp32": 0.050}, profile="cpu")]))
+    with client(recorded, tmp_path) as api:
+        doc = valid(api, api.get("/api/v1/fleet").json(), "Fleet")
+    (fp32,) = doc["profiles"][0]["burnin"]
+    assert fp32["fleet_nodes"] == 4  # node1 (0.012) and node2-4 (0.010)
+    assert fp32["fleet_median"] == pytest.approx(0.010)
+    assert any("old0 is not a node Slurm lists" in why for why in doc["ignored"])
+
+
 # --- metrics and health ----------------------------------------------------------------------
 def test_metrics_are_the_controller_families(api):
     text = api.get("/metrics").text
@@ -284,6 +331,35 @@ def test_metrics_are_the_controller_families(api):
     assert 'airlock_node_own_error{node="node3"} 1.0' in text
     assert 'airlock_condition_nodes{condition="pending"} 1.0' in text
     assert api.get("/healthz").json()["ok"] is True
+
+
+def test_gzip_only_when_accepted_and_hsts_only_over_tls(recorded, tmp_path, api):
+    refused = api.get("/api/v1/nodes", headers={"Accept-Encoding": "gzip;q=0, identity"})
+    assert "content-encoding" not in refused.headers and refused.json()["nodes"]
+    assert api.get("/api/v1/nodes", headers={"Accept-Encoding": "br, gzip;q=0.5"}).headers[
+        "content-encoding"] == "gzip"
+    assert "strict-transport-security" not in api.get("/healthz").headers
+    from airlock.serve.app import build
+
+    cfg = config_mod.load(recorded.write(serve={"refresh": 60.0}))
+    with TestClient(build(cfg), base_url="https://127.0.0.1:9642") as tls:
+        assert tls.get("/healthz").headers["strict-transport-security"] == "max-age=31536000"
+
+
+def test_metrics_export_the_recovery_services_heartbeat(recorded, tmp_path):
+    """The age of the recovery service's last poll is what tells a dead recovery service from a
+    quiet one (deploy/: AirlockRecoveryHeartbeatStale)."""
+    store = RecoveryStore(str(tmp_path / "recovery.db"))
+    with store.tx() as db:
+        store.beat(db, 4242, NOW - 3600, NOW - 1234.0)
+    store.close()
+    with client(recorded, tmp_path) as api:
+        text = api.get("/metrics").text
+    from prometheus_client.parser import text_string_to_metric_families
+
+    samples = {s.name: s.value for f in text_string_to_metric_families(text)
+               for s in f.samples}
+    assert samples["airlock_recovery_heartbeat_timestamp_seconds"] == pytest.approx(NOW - 1234.0)
 
 
 def test_polling_the_list_metrics_and_fleet_never_reaches_slurm(recorded, tmp_path):
@@ -391,6 +467,47 @@ def test_checks_need_their_token_and_are_off_without_one(recorded, tmp_path, api
                      headers={"Authorization": f"Bearer {CHECK}"})
         assert res.status_code == 403 and "check_token_file" in res.json()["error"]
         assert 'data-checks-enabled="no"' in c.get("/").text
+
+
+def test_a_target_expression_is_counted_before_it_is_expanded(api, recorded):
+    """379 bytes naming three million nodes once cost 16 s and 1.5 GB: an expression naming
+    more nodes than Slurm lists (6 here) is refused with the limit named, before anything
+    expands it or asks Slurm."""
+    import tracemalloc
+
+    auth = {"Authorization": f"Bearer {CHECK}"}
+    assert api.get("/api/v1/nodes").status_code == 200  # Slurm's list has been read
+    recorded.slurm.clear_log()
+    huge = ",".join(f"x{i}[0-99999]" for i in range(30))
+    tracemalloc.start()
+    try:
+        res = api.post("/api/v1/checks", json={"nodes": huge}, headers=auth)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert res.status_code == 422, res.text
+    assert res.json()["error"].startswith("nodes: the expression names at least ")
+    assert res.json()["error"].endswith("nodes, more than the 6 Slurm lists")
+    assert peak < 20 << 20, peak  # three million names would be hundreds of MB
+    assert recorded.slurm.calls() == []
+    seven = api.post("/api/v1/checks", json={"nodes": "node[1-6],node[1-1]"}, headers=auth)
+    assert seven.status_code == 422 and "at least 7 nodes" in seven.json()["error"]
+    bad = api.post("/api/v1/checks", json={"nodes": "node[3-1]"}, headers=auth)
+    assert bad.status_code == 400 and "bad node list" in bad.json()["error"]
+
+
+@pytest.mark.parametrize("expr", ["node1", "node[1-4],gpu07", "a[1-3]b[01-02],c", "x[1,3-5]",
+                                  "a[1-2],a[1-2]", "r[1-2]n[1-3]s[7]", "plain,names,only"])
+def test_the_count_is_python_hostlists_expansion(expr):
+    import hostlist
+
+    from airlock.serve import targets
+
+    assert targets.count(expr, 10**9) == len(hostlist.expand_hostlist(expr,
+                                                                      allow_duplicates=True))
+    for bad in ("a[1-", "a]1[", "a[[1]]", "a[x]", "a[3-1]"):
+        with pytest.raises(targets.BadHostlist):
+            targets.count(bad, 10)
 
 
 def test_a_check_runs_airlock_check_itself(api):

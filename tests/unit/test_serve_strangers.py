@@ -52,6 +52,7 @@ def api(tmp_path):
     """good1, good2 (readable runs with a burn-in each); nan, huge, deep, types, garbage: a
     readable older run each, and a latest.json (and its history copy) broken one way."""
     r = Recorded(tmp_path)
+    r.add_node("absent")  # in service, no results at all
     for name in ("good1", "good2", *WHY):
         r.add_node(name)
         r.add_run(run_doc(name, finished_at=NOW - 600, seq=1, checks=[
@@ -90,3 +91,23 @@ def test_a_strangers_bad_document_is_its_nodes_unreadable_result_never_a_5xx(api
     (cpu,) = fleet.json()["profiles"]
     assert {"good1", "good2"} <= {n["node"] for n in cpu["burnin"][0]["nodes"]}
     assert api.get("/metrics").status_code == 200
+
+
+def test_a_node_without_a_readable_latest_result_is_not_seen_not_healthy(api, tmp_path):
+    """Slurm has them in service, but nothing says they passed: a broken latest.json, or no
+    results at all (absent). Their own condition, filter and metric; good1/good2 stay
+    healthy."""
+    doc = api.get("/api/v1/nodes").json()
+    rows = {r["node"]: r for r in doc["nodes"]}
+    unseen = sorted([*WHY, "absent"])
+    assert sorted(n for n, r in rows.items() if r["condition"] == "not-seen") == unseen
+    assert {rows[n]["airlock"] for n in unseen} == {"healthy"}  # Slurm's view is unchanged
+    assert "latest.json" in rows["nan"]["message"] and "not a finite number" in \
+        rows["nan"]["message"]
+    assert "no results in the shared dir yet" in rows["absent"]["message"]
+    assert doc["conditions"]["not-seen"] == 6 and doc["conditions"]["healthy"] == 2
+    listed = api.get("/api/v1/nodes?state=not-seen").json()
+    assert sorted(r["node"] for r in listed["nodes"]) == unseen
+    metrics = api.get("/metrics").text
+    assert 'airlock_condition_nodes{condition="not-seen"} 6.0' in metrics
+    assert 'airlock_condition_nodes{condition="healthy"} 2.0' in metrics

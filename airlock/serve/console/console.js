@@ -14,7 +14,7 @@
   const LABEL = {
     healthy: "healthy", pending: "pending", checking: "checking", failed: "failed",
     error: "own error / needs operator", recovering: "recovering", adopted: "adopted",
-    "drained-other": "drained by other", down: "down", future: "future", unknown: "unknown",
+    "not-seen": "not seen", "drained-other": "drained by other", down: "down", future: "future", unknown: "unknown",
   };
   const CONDITIONS = Object.keys(LABEL);
   const STATUS_LABEL = {pass: "pass", fail: "fail", skipped: "skipped",
@@ -24,7 +24,9 @@
     token: sessionStorage.getItem("airlock.token") || "",
     checkToken: sessionStorage.getItem("airlock.checkToken") || "",
     nodes: null, loadedAt: 0, timer: null, route: "", current: null,
-    table: {q: "", condition: "", partition: "", feature: "", sort: "node", dir: 1, page: 0,
+    lastOk: 0, retryDelay: 0, retryTimer: null,
+    // bad nodes first by default (CONDITION_RANK), by name within a condition
+    table: {q: "", condition: "", partition: "", feature: "", sort: "condition", dir: 1, page: 0,
             size: 100},
   };
 
@@ -123,7 +125,7 @@
     box.replaceChildren();
     for (const c of CONDITIONS) {
       const n = (doc.conditions || {})[c] || 0;
-      if (!n && !["healthy", "failed", "error", "pending"].includes(c)) continue;
+      if (!n && !["healthy", "failed", "error", "pending", "not-seen"].includes(c)) continue;
       const b = condBadge(c);
       b.textContent = `${n} ${LABEL[c]}`;
       b.title = `show the ${LABEL[c]} nodes`;
@@ -163,8 +165,8 @@
     {key: "partitions", label: "partitions"},
   ];
   const CONDITION_RANK = Object.fromEntries(
-    ["error", "failed", "recovering", "checking", "pending", "drained-other", "down", "unknown",
-     "adopted", "future", "healthy"].map((c, i) => [c, i]));
+    ["error", "failed", "not-seen", "recovering", "checking", "pending", "drained-other", "down",
+     "unknown", "adopted", "future", "healthy"].map((c, i) => [c, i]));
   const natural = new Intl.Collator(undefined, {numeric: true, sensitivity: "base"});
 
   function sortValue(row, key) {
@@ -323,7 +325,8 @@
       e.verdict ? verdictBadge(e.verdict) : null, " ",
       el("span", {class: "summary", text: e.summary}));
     if (e.checks && e.checks.length) {
-      const d = el("details", {}, el("summary", {text: `${e.checks.length} checks`}),
+      const d = el("details", {}, el("summary", {
+        text: `${e.checks.length} check${e.checks.length === 1 ? "" : "s"}`}),
                    checksTable(e.checks));
       if (e.run_id) d.append(el("p", {}, el("a", {href: `#/run/${encodeURIComponent(e.run_id)}`,
                                                    text: `run ${e.run_id}`})));
@@ -356,6 +359,12 @@
         ["results", n.results_problem ? `${n.results_source}: ${n.results_problem}`
           : n.results_source],
       ].filter(([, v]) => v);
+      // Slurm away: the page comes from disk and the database; Slurm's fields are old
+      const stale = data.slurm_stale
+        ? el("p", {class: "banner stale", id: "slurm-stale",
+                   text: `Slurm did not answer: its fields above are from the last read, ` +
+                         `${Math.round(data.slurm_stale.age_s)} s old (${data.slurm_stale.error})`})
+        : null;
       const older = data.next_before
         ? el("a", {href: `#/node/${encodeURIComponent(name)}/${encodeURIComponent(
           data.next_before)}`, text: "older runs ›"}) : null;
@@ -367,6 +376,7 @@
         n.message ? el("p", {class: "message", text: n.message}) : null,
         el("div", {class: "panel"}, el("dl", {class: "facts"},
           facts.map(([k, v]) => [el("dt", {text: k}), el("dd", {text: v})]))),
+        stale,
         el("h2", {text: "Timeline (oldest first)"}),
         el("div", {class: "panel"},
           data.timeline.length
@@ -452,6 +462,106 @@
   // --- fleet ---------------------------------------------------------------------------------
   // One bar per node against the profile floor (dashed red) and the fleet median (dark line):
   // a bar under the floor is red, one under fraction x median amber.
+  // Where a figure stands: below the profile floor, a straggler (below fraction x the fleet
+  // median: the burn-in's own rule), or with the fleet.
+  function standing(v, floor, median, fraction) {
+    if (floor && v < floor) return "fail";
+    if (median && fraction && v < fraction * median) return "straggler";
+    return "ok";
+  }
+
+  // One bar per node reads up to ~60 nodes; beyond, a histogram (nodes per bin of the figure)
+  // keeps its text and bars readable at 1,000 or 10,000 nodes, and the list beside it names
+  // the stragglers.
+  function fleetChart(title, unit, nodes, floor, median, fraction) {
+    const chart = nodes.length <= 60 ? barChart(title, unit, nodes, floor, median, fraction)
+      : histogram(title, unit, nodes, floor, median, fraction);
+    return el("div", {class: "fleet-row"}, chart,
+              stragglers(unit, nodes, floor, median, fraction));
+  }
+
+  function stragglers(unit, nodes, floor, median, fraction) {
+    const low = nodes.filter((n) => Number.isFinite(n.value) &&
+                                    standing(n.value, floor, median, fraction) !== "ok")
+      .sort((a, b) => a.value - b.value);
+    const box = el("div", {class: "stragglers"},
+      el("h3", {text: `Stragglers: ${low.length} of ${nodes.length}`}));
+    if (!low.length) {
+      box.append(el("p", {class: "muted", text: "none below the fleet or the floor"}));
+      return box;
+    }
+    const shown = low.slice(0, 100);
+    box.append(el("table", {class: "straggler-list"},
+      el("thead", {}, el("tr", {}, ["node", unit, "vs median"].map((h) =>
+        el("th", {scope: "col", text: h})))),
+      el("tbody", {}, shown.map((n) => el("tr", {"data-node": n.node,
+                                                 class: `st-${standing(n.value, floor, median,
+                                                                       fraction)}`},
+        el("td", {}, nodeLink(n.node)), el("td", {text: fmt(n.value)}),
+        el("td", {text: median ? `${fmt(100 * (n.value / median - 1))} %` : ""}))))));
+    if (low.length > shown.length) {
+      box.append(el("p", {class: "muted", text: `and ${low.length - shown.length} more`}));
+    }
+    return box;
+  }
+
+  function histogram(title, unit, nodes, floor, median, fraction) {
+    const W = 720, H = 260, L = 64, R = 120, T = 24, B = 40, BINS = 40;
+    const values = nodes.map((n) => n.value).filter((v) => Number.isFinite(v));
+    const hi = Math.max(...values, floor || 0, median || 0) * 1.05 || 1;
+    const lo = Math.max(0, Math.min(...values, floor || Infinity) * 0.95);
+    const width = (hi - lo) / BINS || 1;
+    const bins = Array.from({length: BINS}, () => ({count: 0, worst: "ok"}));
+    const rank = {ok: 0, straggler: 1, fail: 2};
+    for (const v of values) {
+      const b = bins[Math.min(BINS - 1, Math.max(0, Math.floor((v - lo) / width)))];
+      b.count += 1;
+      const st = standing(v, floor, median, fraction);
+      if (rank[st] > rank[b.worst]) b.worst = st;
+    }
+    const most = Math.max(...bins.map((b) => b.count), 1);
+    const x = (v) => L + (W - L - R) * (v - lo) / (hi - lo || 1);
+    const y = (c) => T + (H - T - B) * (1 - c / most);
+    const svg = el("svg:svg", {class: "chart histogram", viewBox: `0 0 ${W} ${H}`, width: W,
+                               height: H, role: "img", "aria-label": title});
+    svg.append(el("svg:text", {x: L, y: 15,
+                               text: `${title} (${unit}): ${values.length} nodes, ` +
+                                     "counted per bin"}));
+    for (let i = 0; i <= 4; i++) {
+      const c = Math.round((most * i) / 4);
+      svg.append(el("svg:line", {class: "grid", x1: L, x2: W - R, y1: y(c), y2: y(c)}));
+      svg.append(el("svg:text", {class: "axis", x: L - 6, y: y(c) + 4, "text-anchor": "end",
+                                 text: String(c)}));
+    }
+    for (let i = 0; i <= 4; i++) {
+      const v = lo + ((hi - lo) * i) / 4;
+      svg.append(el("svg:text", {class: "axis", x: x(v), y: H - B + 16, "text-anchor": "middle",
+                                 text: fmt(v)}));
+    }
+    bins.forEach((b, i) => {
+      if (!b.count) return;
+      const x0 = lo + i * width;
+      // a bin of a few stragglers among thousands still shows (3 px at least)
+      const h = Math.max(3, y(0) - y(b.count));
+      const rect = el("svg:rect", {class: `bar-${b.worst}`, x: x(x0) + 0.5,
+                                   y: y(0) - h, width: Math.max(1, x(x0 + width) - x(x0) - 1),
+                                   height: h,
+                                   "data-bin": i, "data-count": b.count});
+      rect.append(el("svg:title", {text: `${b.count} nodes at ${fmt(x0)}–` +
+                                         `${fmt(x0 + width)} ${unit}`}));
+      svg.append(rect);
+    });
+    const mark = (v, cls, label, dy) => {
+      if (!v) return;
+      svg.append(el("svg:line", {class: cls, x1: x(v), x2: x(v), y1: T, y2: H - B}));
+      svg.append(el("svg:text", {x: Math.min(x(v) + 4, W - R + 4), y: T + dy,
+                                 text: `${label} ${fmt(v)}`}));
+    };
+    mark(floor, "floor", "floor", 10);
+    mark(median, "median", "fleet median", 24);
+    return svg;
+  }
+
   function barChart(title, unit, nodes, floor, median, fraction) {
     const W = Math.max(640, Math.min(2400, 26 * nodes.length + 120));
     const H = 260, L = 64, R = 160, T = 24, B = nodes.length <= 60 ? 70 : 24;
@@ -520,8 +630,8 @@
                                              verdict: n.verdict}))
             .sort((a, b) => natural.compare(a.node, b.node));
           const median = d.fleet_median;
-          parts.push(barChart(`burn-in ${d.dtype}`, "TFLOPS", nodes, d.floor, median,
-                              data.fleet_fraction));
+          parts.push(fleetChart(`burn-in ${d.dtype}`, "TFLOPS", nodes, d.floor, median,
+                                data.fleet_fraction));
           if (median === null) parts.push(el("p", {class: "muted",
             text: `No fleet median for ${d.dtype}: ${d.fleet_nodes} passing nodes, ` +
                   `${data.fleet_min_nodes} needed.`}));
@@ -530,8 +640,8 @@
           const nodes = p.allreduce.nodes.map((n) => ({node: n.node, value: n.busbw_gbps,
                                                        verdict: n.verdict}))
             .sort((a, b) => natural.compare(a.node, b.node));
-          parts.push(barChart("all-reduce bus bandwidth", "GB/s", nodes, p.allreduce.floor,
-                              p.allreduce.median, data.fleet_fraction));
+          parts.push(fleetChart("all-reduce bus bandwidth", "GB/s", nodes, p.allreduce.floor,
+                                p.allreduce.median, data.fleet_fraction));
           if (p.allreduce.median === null) parts.push(el("p", {class: "muted",
             text: `No fleet median for the all-reduce: ${p.allreduce.fleet_nodes} passing ` +
                   `nodes, ${data.fleet_min_nodes} needed.`}));
@@ -654,12 +764,29 @@
     return parts[0] ? parts : ["nodes"];
   }
 
+  // A view that failed to load tries again, waiting twice as long each time (2 s to 60 s),
+  // and says when a load last worked: a page opened while Slurm was away comes back by itself.
+  function loadFailed(e, key) {
+    state.retryDelay = Math.min(60, Math.max(2, state.retryDelay * 2));
+    const last = state.lastOk ? `last loaded ${ago(state.lastOk)}` : "not loaded yet";
+    show(el("p", {class: "banner", id: "load-error",
+                  text: `${e.message}. Trying again in ${state.retryDelay} s (${last}).`}));
+    state.retryTimer = setTimeout(() => { if (state.route === key) route(true); },
+                                  state.retryDelay * 1000);
+  }
+  function loaded() {
+    state.lastOk = Date.now() / 1000;
+    state.retryDelay = 0;
+  }
+
   async function route(force) {
     const parts = parseRoute();
     const key = parts.join("/");
     if (!force && key === state.route) return;
+    if (key !== state.route) state.retryDelay = 0;
     state.route = key;
     clearInterval(state.timer);
+    clearTimeout(state.retryTimer);
     for (const a of document.querySelectorAll("nav a")) {
       a.classList.toggle("active", a.dataset.view === parts[0] ||
         (parts[0] === "node" && a.dataset.view === "nodes") ||
@@ -677,17 +804,21 @@
       else v = nodesView();
       state.current = v;
       if (parts[0] !== "nodes") await v.refresh();
+      loaded();
     } catch (e) {
-      show(el("p", {class: "banner", text: e.message}));
+      if (e.status !== 401) loadFailed(e, key);
       return;
     }
     const tick = async () => {
       if (!document.getElementById("auto").checked || v.once) return;
       try {
-        if (parts[0] !== "nodes" && parts[0] !== "checks") await loadNodes();
+        // the header's counts and "updated" follow every view, the checks pages included
+        if (parts[0] !== "nodes") await loadNodes();
         await v.refresh();
+        loaded();
       } catch (e) {
-        banner(`Refresh failed: ${e.message}`);
+        const last = state.lastOk ? `last succeeded ${ago(state.lastOk)}` : "never loaded";
+        banner(`Refresh failed: ${e.message} (${last}); trying again`, "stale");
       }
     };
     state.timer = setInterval(tick, v.interval || REFRESH_MS);
