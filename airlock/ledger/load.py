@@ -20,6 +20,7 @@ SENT = ("issued", "done")
 # recovery.machine's `released` event for a foreign drain (hands off, the node stays out);
 # every other `released` means the node was back in service without Airlock's action.
 FOREIGN_RELEASE = "foreign reason"
+READ_S = 120.0  # the whole results store, read once per ledger
 _GRES_GPU = re.compile(r"(?:^|,)gpu(?::[^:,()]+)?:(\d+)")
 _TRES_GPU = re.compile(r"(?:^|,)gres/gpu=(\d+)")
 
@@ -63,7 +64,8 @@ def load(cfg, since_s: float, now: float | None = None, slurm: Slurm | None = No
 
 
 def _results(cfg, h: History) -> None:
-    read = results.read_many(cfg, sorted(h.nodes), history=results.KEEP)
+    # every kept run of every node: far more than `airlock status` reads, so a longer wait
+    read = results.read_many(cfg, sorted(h.nodes), history=results.KEEP, timeout=READ_S)
     for name, res in sorted(read.items()):
         if res.run is None:
             h.unread[name] = res.problem

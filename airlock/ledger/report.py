@@ -62,7 +62,8 @@ def summary_lines(doc: dict[str, Any]) -> list[str]:
         f"nodes; {held:.3f} node-hours held out by failures and recovery",
         f"caught: {f['failures']} failures: {o['confirmed']} confirmed, {o['recurred']} "
         f"recurred, {o['overturned']} overturned, {o['open']} open; balance "
-        f"{_range(v['balance_gpu_hours_per_month'])} GPU-hours per month (model range)",
+        f"{_range(v['balance_gpu_hours_per_month'])} GPU-hours per month (model range, scaled "
+        f"from {doc['window']['days']:g} days)",
     ]
 
 
