@@ -318,35 +318,12 @@ def find_dcgmi(name: str) -> str | None:
 
 
 def run_dcgmi(argv: list[str], timeout: float) -> Ran:
-    """Run dcgmi in a session of its own; on timeout the whole session is killed."""
-    import signal
-    import subprocess
-    import time
+    """Run dcgmi in a session of its own; on timeout the whole session is killed
+    (airlock.proc)."""
+    from airlock.proc import run
 
-    started = time.monotonic()
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            stdin=subprocess.DEVNULL, text=True, errors="replace",
-                            start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        try:
-            out, err = proc.communicate(timeout=5)
-        except subprocess.TimeoutExpired:  # a child holds the pipes open: give up on them
-            out, err = "", ""
-        return Ran(out, err, None, True, time.monotonic() - started)
-    except BaseException:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        raise
-    return Ran(out, err, proc.returncode, False, time.monotonic() - started)
-
+    done = run(argv, timeout)
+    return Ran(done.stdout, done.stderr, done.returncode, done.timed_out, done.seconds)
 
 def judge_run(ran: Ran, level: int, timeout: float,
               warn_tests: list[str] | tuple[str, ...] = ()) -> Outcome:

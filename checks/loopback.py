@@ -191,16 +191,16 @@ def commands(s, port: Port, tool: str, tcp_port: int) -> tuple[list[str], list[s
 
 
 def measure(s, port: Port, tool: str, tcp_port: int) -> Measured:
-    """Server, then the client to localhost; both killed at the timeout."""
+    """Server, then the client to localhost; both killed at the timeout (airlock.proc)."""
     import subprocess
+
+    from airlock import proc as proc_mod
 
     server_argv, client_argv = commands(s, port, tool, tcp_port)
     name = os.path.basename(tool)
 
     def spawn(argv):
-        return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, text=True, errors="replace",
-                                start_new_session=True)
+        return proc_mod.spawn(argv, merge_stderr=True)
 
     server = spawn(server_argv)
     client = None
@@ -219,7 +219,7 @@ def measure(s, port: Port, tool: str, tcp_port: int) -> Measured:
     finally:
         for proc in (client, server):
             if proc is not None and proc.poll() is None:
-                _kill(proc)
+                proc_mod.kill_group(proc)
     gbps = parse_bandwidth(out)
     if gbps is None:  # some builds report on the server side only
         gbps = parse_bandwidth(server_out)
@@ -229,19 +229,6 @@ def measure(s, port: Port, tool: str, tcp_port: int) -> Measured:
         return Measured(port, None, f"{name} gave no result: {said}", name)
     return Measured(port, gbps, "", name)
 
-
-def _kill(proc) -> None:
-    import signal
-    import subprocess
-
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
-        proc.communicate(timeout=5)
-    except subprocess.TimeoutExpired:
-        pass
 
 
 def no_active_port(ctx, present: list) -> Outcome:
