@@ -128,10 +128,11 @@ def refresh_metrics(cfg, node: str, store: ResultStore | None = None) -> str:
     """Rewrite the node's Prometheus textfile when [metrics] textfile_dir is set ("" = done)."""
     if not cfg.metrics.textfile_dir:
         return ""
-    from airlock.status import metrics  # only when a textfile is configured
+    from airlock.records import node_metrics  # only when a textfile is configured
 
     try:
-        metrics.write_node_textfile(cfg, node, (store or ResultStore(cfg, node)).latest_by_level())
+        runs = (store or ResultStore(cfg, node)).latest_by_level()
+        node_metrics.write_node_textfile(cfg, node, runs)
     except Exception as exc:  # metrics must never cost a verdict
         return f"metrics textfile: {exc}"
     return ""

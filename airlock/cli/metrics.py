@@ -9,6 +9,7 @@ import click
 from airlock import paths
 from airlock.cli.common import load_config
 from airlock.errors import AirlockError
+from airlock.records import node_metrics
 from airlock.records.results import ResultStore
 from airlock.status import collect as status
 from airlock.status import metrics
@@ -43,7 +44,7 @@ def metrics_cmd(ctx: click.Context, node: str | None, controller: bool,
     node = node or paths.local_node_name()
     runs = ResultStore(cfg, node).latest_by_level()
     if to_stdout:
-        sys.stdout.write(generate_latest(metrics.node_registry(node, runs)).decode())
+        sys.stdout.write(generate_latest(node_metrics.node_registry(node, runs)).decode())
         return
     folder = paths.expand(textfile_dir, node) if textfile_dir else None
-    click.echo(metrics.write_node_textfile(cfg, node, runs, folder))
+    click.echo(node_metrics.write_node_textfile(cfg, node, runs, folder))

@@ -91,6 +91,7 @@ def test_example_config_has_every_key_at_its_default(tmp_path):
 
 
 def test_every_metric_is_documented():
+    from airlock.records import node_metrics
     from airlock.status import collect as status
     from airlock.status import metrics
 
@@ -99,7 +100,7 @@ def test_every_metric_is_documented():
                        "figures": {"x": 1}}]}
     row = {"node": "n", "airlock": "failed", "last_check_at": 1.0, "duration_s": 1.0,
            "results_source": "shared", "stuck": "", "errors": {"prolog": "fail open: x"}}
-    regs = [metrics.node_registry("n", {"quick": run}),
+    regs = [node_metrics.node_registry("n", {"quick": run}),
             metrics.controller_registry(
                 {"nodes": [row], "summary": dict.fromkeys(status.STATES, 0),
                  "conditions": dict.fromkeys(status.CONDITIONS, 0), "generated_at": 1.0},

@@ -15,7 +15,7 @@ from airlock import finish
 from airlock.config import loader as config_mod
 from airlock.dev.cluster import healthy_gpus
 from airlock.dev.proof import prove_boot
-from airlock.records import results
+from airlock.records import node_metrics, results
 from airlock.slurm.client import Node
 from airlock.status import collect as status
 from airlock.status import metrics
@@ -42,7 +42,7 @@ RUN = {
 
 def test_node_metrics_from_a_run(tmp_path):
     cfg = config_mod.from_dict({"metrics": {"textfile_dir": str(tmp_path / "{node}")}})
-    path = metrics.write_node_textfile(cfg, "n1", {"standard": RUN})
+    path = node_metrics.write_node_textfile(cfg, "n1", {"standard": RUN})
     assert path == tmp_path / "n1" / "airlock.prom"
     assert os.listdir(path.parent) == ["airlock.prom"]  # the temp file was renamed away
     s = _samples(path.read_text())

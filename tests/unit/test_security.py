@@ -270,18 +270,18 @@ def test_precreated_probe_names_do_not_fail_the_mounts_check(tmp_path):
 def test_metrics_textfile_temporary_name_cannot_be_planted(tmp_path):
     """main: prometheus_client's write_to_textfile opened <file>.<pid>.<thread> (following a
     link planted there) before renaming it into place."""
-    from airlock.status import metrics
+    from airlock.records import node_metrics
 
     victim = tmp_path / "victim"
     victim.write_text("precious\n")
     folder = tmp_path / "prom"
     folder.mkdir()
-    target = folder / metrics.NODE_FILE
+    target = folder / node_metrics.NODE_FILE
     planted = Path(f"{target}.{os.getpid()}.{threading.current_thread().ident}")
     planted.symlink_to(victim)
     cfg = config.from_dict({"state_dir": str(tmp_path / "s"),
                             "metrics": {"textfile_dir": str(folder)}})
-    metrics.write_node_textfile(cfg, "n1", {"quick": run_doc("n1", "r1")})
+    node_metrics.write_node_textfile(cfg, "n1", {"quick": run_doc("n1", "r1")})
     assert victim.read_text() == "precious\n"
     assert "airlock_run_failed" in target.read_text()
     assert target.stat().st_mode & 0o777 == 0o644
