@@ -303,6 +303,8 @@ class DevCluster:
     def _write_hooks(self) -> None:
         py = self.python
         # Slurm gives these programs almost no environment and no arguments; a site points
+        # (They run from /, as a daemon's children do: `python -m` puts the working directory
+        # first on sys.path, and a checkout's airlock/ there would shadow the installed one.)
         # slurm.conf at a wrapper like this (or at the installed entry point with the config in
         # /etc/airlock). The marker lets stop() find the detached suites later.
         for name, target in (
@@ -330,7 +332,7 @@ class DevCluster:
                 export SLURM_CONF={self.conf}
                 export AIRLOCK_RUNTIME_DIR={self.root}/run/airlock
                 export {MARKER}={self.root}
-                """) + log + f'exec {py} -m {target}{extra} "$@"\n'
+                """) + log + f'cd /\nexec {py} -m {target}{extra} "$@"\n'
             )
             script.chmod(0o755)
 

@@ -75,11 +75,15 @@ class CheckRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"anyOf": [
         {"required": ["nodes"]}, {"required": ["partition"]}, {"required": ["feature"]}]})
 
-    # Absent, never null: a target given is one line of text.
-    nodes: str = Field(None, min_length=1, max_length=4096, pattern=f"^{PRINTABLE}$",
-                       description="a Slurm hostlist expression, e.g. node[1-4],gpu07")
-    partition: str = Field(None, min_length=1, max_length=256, pattern=f"^{PRINTABLE}$")
-    feature: str = Field(None, min_length=1, max_length=256, pattern=f"^{PRINTABLE}$")
+    # Absent, never null: a target given is one line of text (so the type says str, and the
+    # default None only marks "not given": mypy is told so on each line).
+    nodes: str = Field(  # type: ignore[assignment]
+        None, min_length=1, max_length=4096, pattern=f"^{PRINTABLE}$",
+        description="a Slurm hostlist expression, e.g. node[1-4],gpu07")
+    partition: str = Field(  # type: ignore[assignment]
+        None, min_length=1, max_length=256, pattern=f"^{PRINTABLE}$")
+    feature: str = Field(  # type: ignore[assignment]
+        None, min_length=1, max_length=256, pattern=f"^{PRINTABLE}$")
     level: Literal["standard", "deep"] = Field(
         "standard", description="the level run on every target (the on-demand levels)")
     wait_jobs: float = Field(10.0, ge=0, le=1440, allow_inf_nan=False,

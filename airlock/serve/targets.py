@@ -60,7 +60,10 @@ def count(expr: str, limit: int) -> int:
     for part in _split(expr):
         names, rest = 1, part
         while rest:
-            prefix, brackets, rest = _PART.fullmatch(rest).groups()
+            m = _PART.fullmatch(rest)
+            if m is None:
+                raise BadHostlist(f"cannot read {rest[:20]!r}")
+            prefix, brackets, rest = m.groups()
             if not prefix and not brackets:  # cannot happen after _split; never loop on it
                 raise BadHostlist(f"cannot read {rest[:20]!r}")
             if brackets:

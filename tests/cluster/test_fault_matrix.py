@@ -97,7 +97,7 @@ def run_hook(c, name, hook="healthcheck", prefix=(), **env):
     e = {"SLURMD_NODENAME": name, "AIRLOCK_CONFIG": str(c.airlock_conf),
          "AIRLOCK_DEVCLUSTER": str(c.root),
          "AIRLOCK_RUNTIME_DIR": str(c.root / "run" / "airlock"), **env}
-    return subprocess.run([*prefix, c.python, "-m", f"airlock.hooks.{hook}"], env=e,
+    return subprocess.run([*prefix, c.python, "-m", f"airlock.hooks.{hook}"], env=e, cwd="/",
                           capture_output=True, text=True, timeout=90)
 
 

@@ -128,7 +128,7 @@ def test_ledger_through_cli_api_and_console(story, browser, tmp_path):  # noqa: 
         assert 'airlock_ledger_failures{check="row_remap",outcome="confirmed"} 1.0' \
             in metrics.text
         bad = requests.get(url + "/api/v1/ledger", params={"since": "3x"}, timeout=30)
-        assert bad.status_code == 400 and "--since" in bad.json()["error"]
+        assert bad.status_code == 422 and "since" in bad.json()["error"], bad.text
 
         page = browser.new_page(viewport={"width": 1200, "height": 900})
         problems: list[str] = []

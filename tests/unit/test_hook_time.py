@@ -98,6 +98,11 @@ class Clocked(Hook):
     def time_left(self) -> float:
         return next(self._left)
 
+    def deadline(self) -> float:
+        # The real one counts from this process's start: a pytest worker older than Slurm's
+        # 60 s would have none left, and the test would depend on which tests ran before it.
+        return time.monotonic() + 60.0
+
 
 def test_drain_is_retried_while_slurmctld_does_not_answer_and_time_lasts(fake_node, monkeypatch):
     node = fake_node()

@@ -73,13 +73,19 @@ def test_the_ledger_document_and_its_cache(client):
 
 
 @pytest.mark.parametrize("since, code, words", [
-    ("3x", 400, "--since: '3x' is not a duration"),
+    # the window's form is the schema's (a 422 naming the parameter, as every request the
+    # schema refuses); its range is the ledger's own (400)
+    ("3x", 422, "since"),
+    ("0m", 400, "must be more than 0 and at most 400d"),
     ("7d", 409, "the history of n1 has a gap"),
 ])
 def test_bad_windows_are_one_line_errors(client, since, code, words):
     r = client.get(f"/api/v1/ledger?since={since}")
-    assert r.status_code == code and words in r.json()["error"]
-    assert "\n" not in r.json()["error"]
+    # (a bare app here: the 422's one-line {"error": ...} body is the whole server's, held by
+    # tests/unit/test_serve_schema.py; this one checks the code and the words)
+    assert r.status_code == code and words in r.text, r.text
+    if code != 422:
+        assert "\n" not in r.json()["error"]
 
 
 def test_metrics_and_page_and_the_read_token(client):
