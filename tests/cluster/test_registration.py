@@ -166,8 +166,9 @@ def test_suite_killed_without_verdict_is_rerun_once_then_failed(cluster_factory)
     second = c.wait(lambda: (r := state.load()) and r["attempt"] == 2 and r, 30, "a re-run")
     assert second["run_id"] != first["run_id"]
     assert c.node("node1").reason.startswith("airlock: pending")
-    second = c.wait(lambda: (r := state.load()) and boot.alive(r["pid"], r["pid_start"]) and r,
-                    30, "the re-run's process")
+    # (until the hook has spawned it, the record names the hook itself: phase "starting")
+    second = c.wait(lambda: (r := state.load()) and r.get("phase") != "starting"
+                    and boot.alive(r["pid"], r["pid_start"]) and r, 30, "the re-run's process")
     os.killpg(second["pid"], signal.SIGKILL)
     n = c.wait(lambda: (m := c.node("node1")).reason_in_force.startswith("airlock: FAIL") and m, 30,
                "hook notices the second death")
