@@ -300,6 +300,15 @@ class DevCluster:
             self.image_file.write_text(json.dumps(
                 {n: sim_node(self.gpus_per_node) for n in self.cloud}, indent=1))
 
+    def _checkout_path(self) -> str:
+        """With this interpreter, the hooks import the airlock this process imported: a second
+        checkout (a git worktree) must test its own code, not whichever tree the editable
+        install names. With a wheel's venv, nothing: it must run what it installed."""
+        if self.python != sys.executable:
+            return ""
+        project = Path(airlock.__file__).resolve().parents[1]
+        return f"export PYTHONPATH={shlex.quote(str(project))}\n"
+
     def _write_hooks(self) -> None:
         py = self.python
         # Slurm gives these programs almost no environment and no arguments; a site points
@@ -332,7 +341,7 @@ class DevCluster:
                 export SLURM_CONF={self.conf}
                 export AIRLOCK_RUNTIME_DIR={self.root}/run/airlock
                 export {MARKER}={self.root}
-                """) + log + f'cd /\nexec {py} -m {target}{extra} "$@"\n'
+                """) + self._checkout_path() + log + f'cd /\nexec {py} -m {target}{extra} "$@"\n'
             )
             script.chmod(0o755)
 
