@@ -23,8 +23,9 @@ times the verdict of a level, not a drain. There is no `preflight` level in this
 --lightest runs each class once, at the lightest level that promises to catch it, with
 --healthy runs of each such level; --only-expected restricts each class's run to the checks
 expected to catch it (`airlock check --only`). CI runs `--lightest --only-expected --healthy 1`
-(every class once, no timing asserted anywhere); the table in docs/faults.md comes from full
-runs, without --only-expected.
+(every class once, no timing asserted anywhere) with `--collective-timeout 30`: a hang is
+caught at [allreduce] timeout whatever its value, and the default (120 s) only makes CI wait.
+The table in docs/faults.md comes from full runs, without either, on the default config.
 """
 
 from __future__ import annotations
@@ -144,7 +145,7 @@ class Run:
     """One `airlock check` of one level on one simulated node, in a fresh directory."""
 
     def __init__(self, work: Path, node: str, fault: FaultClass | None,
-                 only: tuple[str, ...] = ()):
+                 only: tuple[str, ...] = (), collective_timeout: float = 0.0):
         self.work, self.node, self.fault, self.only = work, node, fault, only
         work.mkdir(parents=True)
         f = fault or FaultClass("healthy", "", "", ())
@@ -166,6 +167,8 @@ class Run:
                            "deep_level": 1}
         for section, values in f.extra.items():
             cfg.setdefault(section, {}).update(values)
+        if collective_timeout:
+            cfg.setdefault("allreduce", {})["timeout"] = collective_timeout
         (work / "airlock.toml").write_text(_toml(cfg))
         self.env = {**os.environ, "AIRLOCK_CONFIG": str(work / "airlock.toml"), **f.env}
         self.env.pop("AIRLOCK_FAULTS", None)
@@ -231,7 +234,7 @@ def outcome(doc: dict[str, Any] | None, why: str, expected: tuple[str, ...]) -> 
 
 def run_matrix(classes: list[FaultClass], levels: list[str], runs: int, healthy: int,
                lightest: bool, timeout: float, only_expected: bool = False,
-               say=print) -> dict[str, Any]:
+               say=print, collective_timeout: float = 0.0) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="airlock-faults-"))
     rows, sane = [], []
     n = 0
@@ -242,7 +245,8 @@ def run_matrix(classes: list[FaultClass], levels: list[str], runs: int, healthy:
                 results = []
                 for _ in range(runs):
                     n += 1
-                    r = Run(work / f"r{n}", f"bench{n}", f, f.checks if only_expected else ())
+                    r = Run(work / f"r{n}", f"bench{n}", f, f.checks if only_expected else (),
+                            collective_timeout)
                     doc, took, why = r.level(level, timeout)
                     results.append({**outcome(doc, why, f.checks), "seconds": round(took, 2)})
                 caught = sum(1 for x in results if x["caught"])
@@ -269,7 +273,7 @@ def run_matrix(classes: list[FaultClass], levels: list[str], runs: int, healthy:
             times = []
             for _ in range(healthy):
                 n += 1
-                r = Run(work / f"r{n}", f"bench{n}", None)
+                r = Run(work / f"r{n}", f"bench{n}", None, (), collective_timeout)
                 doc, took, why = r.level(level, timeout)
                 times.append(took)
                 if doc is None or doc.get("verdict") == "fail":
@@ -321,6 +325,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="run only the checks expected to catch each class (`airlock check "
                         "--only`): a smoke run, not a measure of which check catches it")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds for one level's run")
+    p.add_argument("--collective-timeout", type=float, default=0.0,
+                   help="[allreduce] timeout, s, for every run (default: the config's)")
     p.add_argument("--json", default="", help="write the results here")
     p.add_argument("--markdown", action="store_true", help="print docs/faults.md's tables")
     args = p.parse_args(argv)
@@ -328,15 +334,17 @@ def main(argv: list[str] | None = None) -> int:
     bad = [lv for lv in levels if lv not in LEVELS]
     names = [c for c in args.classes.split(",") if c]
     unknown = [c for c in names if c not in BY_NAME]
-    if bad or unknown or args.runs < 1 or args.healthy < 0:
+    if bad or unknown or args.runs < 1 or args.healthy < 0 or args.collective_timeout < 0:
         print(f"bench_faults: unknown level {bad[0]!r}" if bad else
               f"bench_faults: unknown class {unknown[0]!r} (known: {', '.join(BY_NAME)})"
-              if unknown else "bench_faults: --runs must be >= 1 and --healthy >= 0",
+              if unknown else "bench_faults: --runs must be >= 1, --healthy and "
+              "--collective-timeout >= 0",
               file=sys.stderr)
         return 2
     classes = [BY_NAME[c] for c in names] if names else list(CLASSES)
     doc = run_matrix(classes, levels, 1 if args.lightest else args.runs, args.healthy,
-                     args.lightest, args.timeout, args.only_expected)
+                     args.lightest, args.timeout, args.only_expected,
+                     collective_timeout=args.collective_timeout)
     if args.json:
         Path(args.json).write_text(json.dumps(doc, indent=1))
     if args.markdown:

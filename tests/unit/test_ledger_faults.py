@@ -27,7 +27,8 @@ def _bench():
 def test_every_fault_class_is_caught_by_its_check_and_no_healthy_run_fails(tmp_path):
     out = tmp_path / "faults.json"
     proc = subprocess.run([sys.executable, str(BENCH), "--lightest", "--only-expected",
-                           "--healthy", "1", "--timeout", "300", "--json", str(out)],
+                           "--healthy", "1", "--timeout", "300", "--collective-timeout", "30",
+                           "--json", str(out)],
                           capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     doc = json.loads(out.read_text())
@@ -45,7 +46,8 @@ def test_every_fault_class_is_caught_by_its_check_and_no_healthy_run_fails(tmp_p
 
 
 def test_bad_arguments_are_one_line():
-    for args in (["--levels", "preflight"], ["--classes", "nope"], ["--runs", "0"]):
+    for args in (["--levels", "preflight"], ["--classes", "nope"], ["--runs", "0"],
+                 ["--collective-timeout", "-1"]):
         proc = subprocess.run([sys.executable, str(BENCH), *args], capture_output=True,
                               text=True, timeout=60)
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
