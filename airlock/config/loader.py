@@ -4,7 +4,7 @@ The path comes from $AIRLOCK_CONFIG, else /etc/airlock/airlock.toml. Every key h
 minimal (even empty) file works, and so does no file at the default path (`airlock doctor` says
 so); a file that $AIRLOCK_CONFIG names must exist. Errors name the file, the key and the problem.
 
-Sections are plain classes (airlock.config.sections, airlock.recovery.settings). load() validates
+Sections are plain classes (airlock.config.sections). load() validates
 the file whole, every section it holds, before any check runs: a typo anywhere, even in a
 section this process never reads, is a ConfigError (Airlock's own error, `airlock: FAIL config
 ...`), never the FAIL of the check whose section it is (a section validated when its check
@@ -25,11 +25,42 @@ import os
 import re
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airlock.config.sections import Setting, is_section, settings_of
 from airlock.errors import ConfigError
 from airlock.paths import atomic_write, read_json
+
+if TYPE_CHECKING:  # the sections' modules load lazily (SECTIONS); these names are for typing
+    from airlock.config.sections.checks import (
+        AllreduceSection,
+        BurninSection,
+        DcgmSection,
+        DriftSection,
+        FlapsSection,
+        LoopbackSection,
+        MemtestSection,
+        P2pSection,
+        PcieBwSection,
+        ProfileSection,
+        SystemSection,
+        XidSection,
+    )
+    from airlock.config.sections.ledger import LedgerSection
+    from airlock.config.sections.node import (
+        CheckDefaults,
+        EpilogSection,
+        HealthcheckSection,
+        MetricsSection,
+        NvmlSection,
+        PrologSection,
+        RegistrationSection,
+        SlurmSection,
+    )
+    from airlock.config.sections.ondemand import OndemandSection
+    from airlock.config.sections.preflight import PreflightSection
+    from airlock.config.sections.recovery import RecoverySection
+    from airlock.config.sections.serve import ServeSection
 
 DEFAULT_PATH = "/etc/airlock/airlock.toml"
 ENV_VAR = "AIRLOCK_CONFIG"
@@ -58,7 +89,7 @@ SECTIONS: dict[str, str] = {
     "pcie_bw": "airlock.config.sections.checks:PcieBwSection",
     "p2p": "airlock.config.sections.checks:P2pSection",
     "drift": "airlock.config.sections.checks:DriftSection",
-    "recovery": "airlock.recovery.settings:RecoverySection",
+    "recovery": "airlock.config.sections.recovery:RecoverySection",
     "metrics": "airlock.config.sections.node:MetricsSection",
     "prolog": "airlock.config.sections.node:PrologSection",
     "epilog": "airlock.config.sections.node:EpilogSection",
@@ -79,6 +110,39 @@ TOP_LEVEL: dict[str, tuple[type, Any, str]] = {
 
 class Config:
     """The loaded config: top-level keys as attributes, sections built on first access."""
+
+    # Declared for editors and the type checker, so `cfg.burnin.floor_tflops` leads to its
+    # definition; at run time __getattr__ builds a section on first access, importing only the
+    # module that holds it (the hooks' pass path never imports the heavy checks' sections).
+    state_dir: str
+    shared_dir: str
+    log_dir: str
+    if TYPE_CHECKING:
+        slurm: SlurmSection
+        registration: RegistrationSection
+        healthcheck: HealthcheckSection
+        nvml: NvmlSection
+        profile: ProfileSection
+        system: SystemSection
+        xid: XidSection
+        checks: CheckDefaults
+        ondemand: OndemandSection
+        burnin: BurninSection
+        memtest: MemtestSection
+        allreduce: AllreduceSection
+        dcgm: DcgmSection
+        flaps: FlapsSection
+        loopback: LoopbackSection
+        pcie_bw: PcieBwSection
+        p2p: P2pSection
+        drift: DriftSection
+        recovery: RecoverySection
+        metrics: MetricsSection
+        prolog: PrologSection
+        epilog: EpilogSection
+        serve: ServeSection
+        ledger: LedgerSection
+        preflight: PreflightSection
 
     def __init__(self, raw: dict[str, Any], path: str, exists: bool = True):
         self.path = path

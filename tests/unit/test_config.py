@@ -135,3 +135,28 @@ def test_a_torn_read_never_switches_the_gate_off(tmp_path):
         assert _gate(path) is True, repr(text[max(0, cut - 40):cut])
     path.write_text(text)
     assert _gate(path) is False  # the whole file says what it says
+
+
+def test_every_section_is_declared_on_config_for_the_type_checker():
+    """`cfg.<section>` is typed as the class SECTIONS builds (issue 24: an editor and mypy follow
+    cfg.x.y); a section added to SECTIONS without its declaration, or declared as another
+    class, fails here."""
+    import ast
+    import inspect
+
+    from airlock.config import loader
+
+    tree = ast.parse(inspect.getsource(loader))
+    config = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Config")
+    block = next(n for n in config.body if isinstance(n, ast.If)
+                 and isinstance(n.test, ast.Name) and n.test.id == "TYPE_CHECKING")
+    declared = {n.target.id: n.annotation.id for n in block.body
+                if isinstance(n, ast.AnnAssign)}
+    assert declared == {name: target.rpartition(":")[2]
+                        for name, target in loader.SECTIONS.items()}
+    imported = {alias.name: node.module for node in tree.body if isinstance(node, ast.If)
+                for node in node.body if isinstance(node, ast.ImportFrom)
+                for alias in node.names}
+    for name, target in loader.SECTIONS.items():
+        module, _, cls = target.partition(":")
+        assert imported.get(cls) == module, (name, cls)

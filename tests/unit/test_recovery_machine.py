@@ -13,10 +13,10 @@ from hypothesis.stateful import (
 )
 
 from airlock.config import loader as config
+from airlock.config.sections.recovery import RecoverySection
 from airlock.errors import ConfigError
 from airlock.recovery import machine as m
 from airlock.recovery import policy as pol
-from airlock.recovery.settings import RecoverySection
 
 POLICY = pol.load()
 FAIL = "airlock: FAIL gpu_count 7 GPUs, profile h100 expects 8"

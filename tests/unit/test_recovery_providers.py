@@ -9,12 +9,12 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
+from airlock.config.sections.recovery import HttpSettings
 from airlock.dev.cloud import FakeCloud
 from airlock.errors import ConfigError
 from airlock.recovery import providers as pv
 from airlock.recovery.providers.aws_hyperpod import HyperpodProvider
 from airlock.recovery.providers.http import HttpProvider
-from airlock.recovery.settings import HttpSettings
 
 
 @pytest.fixture

@@ -24,11 +24,11 @@ from airlock import paths
 from airlock.admin import render
 from airlock.checks import burnin, fleet, system
 from airlock.config import loader as config
+from airlock.config.sections.recovery import HttpSettings
 from airlock.errors import AirlockError, ConfigError
 from airlock.groups.batch import Batch
 from airlock.records import results
 from airlock.recovery.providers.http import HttpProvider
-from airlock.recovery.settings import HttpSettings
 from tests.unit.fakeslurm import FakeSlurm
 
 NOBODY = 65534

@@ -240,9 +240,9 @@ def test_admin_drain_and_recovery_entries(recorded, tmp_path):
 
 
 def test_refailed_reads_the_state_machines_own_words():
+    from airlock.config.sections.recovery import RecoverySection
     from airlock.recovery import machine as m
     from airlock.recovery import policy as pol
-    from airlock.recovery.settings import RecoverySection
 
     lim = RecoverySection(refail_window=3600)
     fail = "airlock: FAIL gpu_count 7 GPUs"

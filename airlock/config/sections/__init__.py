@@ -11,7 +11,8 @@ FAIL), and builds an absent one, from its defaults, when it is first used.
   checks    the checks' own: [burnin] [memtest] [allreduce] [system] [xid] [profile]
   ondemand  [ondemand] (airlock check --nodes/--partition/--feature)
   serve     [serve] (airlock serve: the console and API)
-  [recovery] lives in airlock/recovery/settings.py, a leaf of the same kind.
+  recovery  [recovery] and its provider sub-tables (airlock/recovery/ reads them)
+  ledger, preflight  [ledger], [preflight]
 """
 
 from __future__ import annotations
