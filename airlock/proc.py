@@ -13,6 +13,7 @@ import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 REAP_S = 5.0  # how long a killed session may take to let go of its pipes
 
@@ -30,17 +31,29 @@ class Finished:
 
 
 def spawn(argv: Sequence[str], env: Mapping[str, str] | None = None,
-          merge_stderr: bool = False, cwd: str | None = None) -> subprocess.Popen[str]:
-    """argv in a session of its own, stdin from /dev/null, text pipes. OSError (no such program,
-    no permission) reaches the caller, who says what could not be started."""
-    return subprocess.Popen(list(argv), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
-                            stdin=subprocess.DEVNULL, text=True, errors="replace",
-                            env=dict(env) if env is not None else None, cwd=cwd,
-                            start_new_session=True)
+          merge_stderr: bool = False, cwd: str | None = None,
+          raw_newlines: bool = False) -> subprocess.Popen[Any]:
+    """argv in a session of its own, stdin from /dev/null, text pipes (bytes with raw_newlines,
+    which run() decodes). OSError (no such program, no permission) reaches the caller, who says
+    what could not be started."""
+    child: subprocess.Popen[Any] = subprocess.Popen(
+        list(argv), stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
+        stdin=subprocess.DEVNULL, text=not raw_newlines,
+        errors=None if raw_newlines else "replace",
+        env=dict(env) if env is not None else None, cwd=cwd, start_new_session=True)
+    return child
 
 
-def kill_group(proc: subprocess.Popen[str], reap_s: float = REAP_S) -> tuple[str, str]:
+def _text(data: str | bytes | None) -> str:
+    # Decoded, not newline-translated: what someone typed (a carriage return in a Slurm
+    # reason, bytes that are not UTF-8) must neither raise nor become a line break.
+    if isinstance(data, bytes):
+        return data.decode("utf-8", "replace")
+    return data or ""
+
+
+def kill_group(proc: subprocess.Popen[Any], reap_s: float = REAP_S) -> tuple[str, str]:
     """SIGKILL proc's whole session and reap it within reap_s; what it had written (empty when
     something it started still holds the pipes after the kill)."""
     try:
@@ -49,7 +62,7 @@ def kill_group(proc: subprocess.Popen[str], reap_s: float = REAP_S) -> tuple[str
         pass
     try:
         out, err = proc.communicate(timeout=reap_s)
-        return out or "", err or ""
+        return _text(out), _text(err)
     except subprocess.TimeoutExpired:  # a child that left the session holds the pipes
         for pipe in (proc.stdout, proc.stderr):
             if pipe is not None:
@@ -65,10 +78,12 @@ def kill_group(proc: subprocess.Popen[str], reap_s: float = REAP_S) -> tuple[str
 
 
 def run(argv: Sequence[str], timeout: float, env: Mapping[str, str] | None = None,
-        merge_stderr: bool = False, reap_s: float = REAP_S, cwd: str | None = None) -> Finished:
-    """Run argv to its end or to timeout seconds, whichever comes first (see the module)."""
+        merge_stderr: bool = False, reap_s: float = REAP_S, cwd: str | None = None,
+        raw_newlines: bool = False) -> Finished:
+    """Run argv to its end or to timeout seconds, whichever comes first (see the module).
+    raw_newlines: output decoded as UTF-8 (bad bytes replaced) with \r kept as it came."""
     started = time.monotonic()
-    proc = spawn(argv, env, merge_stderr, cwd)
+    proc = spawn(argv, env, merge_stderr, cwd, raw_newlines)
     try:
         out, err = proc.communicate(timeout=max(0.0, timeout))
     except subprocess.TimeoutExpired:
@@ -77,4 +92,4 @@ def run(argv: Sequence[str], timeout: float, env: Mapping[str, str] | None = Non
     except BaseException:
         kill_group(proc, reap_s)
         raise
-    return Finished(proc.returncode, out or "", err or "", False, time.monotonic() - started)
+    return Finished(proc.returncode, _text(out), _text(err), False, time.monotonic() - started)

@@ -25,7 +25,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -34,6 +33,7 @@ from typing import Any
 import hostlist
 
 from airlock.errors import NodeNotFound, SlurmError, SlurmUnreachable
+from airlock.proc import run as run_child
 from airlock.slurm import reasons
 
 # Slurm releases the cluster suite runs against in CI (tests/cluster/conftest.py VARIANTS);
@@ -474,17 +474,14 @@ class Slurm:
                                  "(the hook's time limit)")
             limit = min(limit, left)
         try:
-            proc = subprocess.run(argv, capture_output=True, timeout=limit, env=self.env(),
-                                  stdin=subprocess.DEVNULL)
-        except subprocess.TimeoutExpired:
-            raise SlurmUnreachable(f"{tool} {' '.join(args[:2])}: timed out after {limit:.3g} s") \
-                from None
+            # raw newlines: a reason is whatever bytes someone typed (not UTF-8, a carriage
+            # return), and must neither raise nor become a line break
+            done = run_child(argv, limit, env=self.env(), raw_newlines=True)
         except OSError as exc:
             raise SlurmError(f"{tool}: cannot run: {exc.strerror}") from None
-        # Decoded here, not by text=True: a reason is whatever bytes someone typed (not UTF-8,
-        # a carriage return), and must neither raise nor become a line break.
-        return (proc.returncode, proc.stdout.decode("utf-8", "replace"),
-                proc.stderr.decode("utf-8", "replace"))
+        if done.timed_out or done.returncode is None:
+            raise SlurmUnreachable(f"{tool} {' '.join(args[:2])}: timed out after {limit:.3g} s")
+        return done.returncode, done.stdout, done.stderr
 
     def run(self, tool: str, args: Sequence[str], timeout: float | None = None) -> str:
         rc, stdout, stderr = self._exec(tool, args, timeout)

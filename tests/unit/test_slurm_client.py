@@ -2,6 +2,7 @@
 
 import os
 import stat
+import time
 
 import pytest
 
@@ -96,3 +97,33 @@ def test_without_path_the_usual_install_dirs_are_searched(tmp_path, monkeypatch)
     assert Slurm().binary("airlock-test-scontrol") == str(tool)
     with pytest.raises(SlurmError, match="not found on PATH or in"):
         Slurm().binary("airlock-test-sinfo")
+
+
+def test_a_hung_scontrol_leaves_nothing_behind(tmp_path):
+    """A wrapper (a site's scontrol shim, a hung plugin's helper) whose child hangs: at the
+    timeout the whole session goes, not only the program Airlock started (issue 24: the Slurm
+    client starts its children through airlock/proc.py like every other place)."""
+    pidfile = tmp_path / "child.pid"
+    s = Slurm(bin_dir=fake_bin(tmp_path, f"sleep 60 & echo $! > {pidfile}; wait"), timeout=1)
+    with pytest.raises(SlurmError, match="timed out after 1 s"):
+        s.nodes()
+    pid = int(pidfile.read_text())
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and _alive(pid):
+        time.sleep(0.05)
+    assert not _alive(pid), "scontrol's child outlived the timeout"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(") ")[-1][:1] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_a_reason_with_a_carriage_return_is_read_as_typed(tmp_path):
+    """Output is decoded, never newline-translated: a reason someone typed with a carriage
+    return stays one line of scontrol's output."""
+    s = Slurm(bin_dir=fake_bin(tmp_path, r"printf 'a\rb\nc\n'"))
+    assert s.scontrol("show", "x") == "a\rb\nc\n"
