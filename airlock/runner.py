@@ -113,14 +113,16 @@ def run_isolated(spec: registry.CheckSpec, ctx: Context, timeout: float,
                  progress: Progress | None = None) -> Outcome:
     import subprocess  # the quick level runs every check in a thread: no process to start
 
+    from airlock.proc import spawn
+
     argv = [sys.executable, "-m", "airlock.runner", "one", spec.name, "--node", ctx.node,
             "--level", ctx.level, "--attempt", str(ctx.attempt)]
     env = dict(os.environ)
     env[config_mod.ENV_VAR] = ctx.cfg.path
     env.setdefault("PATH", "/usr/bin:/bin:/usr/sbin:/sbin")
     try:
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env=env, start_new_session=True, stdin=subprocess.DEVNULL)
+        # its pipes are read as they come (progress), so only its kill goes through kill_group
+        proc = spawn(argv, env)
     except OSError as exc:  # no process, no measurement
         return inconclusive(spec.name, f"not measured: could not start its process: "
                             f"{exc.strerror or exc}")

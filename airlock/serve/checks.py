@@ -29,6 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from airlock.errors import AirlockError, NotFound
+from airlock.proc import REAP_S, spawn
 
 FINAL = ("done", "refused", "error")
 EXIT_BUSY = 4  # airlock.ondemand.Busy: another on-demand check holds the reservation
@@ -121,7 +122,14 @@ class CheckRunner:
         try:
             proc.wait(timeout)
         except subprocess.TimeoutExpired:
-            proc.kill()
+            try:  # the whole session: `airlock check` and the srun steps it started
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            try:
+                proc.wait(REAP_S)
+            except subprocess.TimeoutExpired:  # stuck in the kernel: nothing more to do
+                pass
 
     # --- the command ---------------------------------------------------------------------------
     def argv(self, request: dict[str, Any]) -> list[str]:
@@ -147,9 +155,9 @@ class CheckRunner:
     def _run(self, check_id: str, argv: list[str]) -> None:
         rc, out, last = None, "", ""
         try:
-            proc = self._proc = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                text=True, errors="replace", env=dict(os.environ))
+            # in a session of its own (airlock/proc.py), so stop() can end all of it; its
+            # pipes are read here as they come, so kill_group's reap is not used
+            proc = self._proc = spawn(argv, env=os.environ)
             out_parts: list[str] = []
             reader = threading.Thread(target=lambda: out_parts.append(proc.stdout.read()),
                                       daemon=True)

@@ -692,3 +692,36 @@ def test_hooks_import_nothing_of_the_service():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "", out.stdout + out.stderr
+
+
+def test_stopping_the_service_leaves_no_part_of_a_check_behind(tmp_path):
+    """A check that ignores the service's SIGINT is killed at the timeout with everything it
+    started (its srun steps), not only the `airlock check` process (issue 24: one helper for
+    every child, the session killed whole)."""
+    import time as _time
+
+    from airlock.serve.checks import CheckRunner
+
+    pidfile = tmp_path / "child.pid"
+    script = tmp_path / "check.sh"
+    script.write_text(f"trap '' INT\nsleep 60 & echo $! > {pidfile}\nwait\n")
+    runner = CheckRunner(str(tmp_path / "airlock.toml"), command=["sh", str(script)])
+    runner.submit({"level": "quick", "wait_jobs": 0}, ["node1"])
+    deadline = _time.monotonic() + 10
+    while not (pidfile.exists() and pidfile.read_text().strip()):
+        assert _time.monotonic() < deadline, "the check never started"
+        _time.sleep(0.05)
+    pid = int(pidfile.read_text())
+    runner.stop(timeout=0.5)
+    deadline = _time.monotonic() + 5
+    while _time.monotonic() < deadline and _alive(pid):
+        _time.sleep(0.05)
+    assert not _alive(pid), "the check's child outlived the service's stop"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(") ")[-1][:1] != "Z"
+    except FileNotFoundError:
+        return False
