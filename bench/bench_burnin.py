@@ -24,7 +24,7 @@ import time
 import torch
 
 from airlock.checks import burnin
-from airlock.checks.devices import bench_devices
+from airlock.checks.device_plan import bench_devices
 
 
 def raw(devices: list[str], size: int, gemms: int, dtype: str) -> tuple[float, float]:

@@ -84,7 +84,7 @@ def step_ratio(dtypes: list[str], size: int, gemms: int, rounds: int,
     import bench_burnin
     import torch
 
-    from airlock.checks.devices import bench_devices
+    from airlock.checks.device_plan import bench_devices
 
     devices = bench_devices(torch, 1)[:1]  # device 0: the same device as the check
     if not devices[0][0].startswith("cuda"):
@@ -100,7 +100,7 @@ def step_corrupt(dtypes: list[str], size: int, duration: float) -> dict[str, Any
     import torch
 
     from airlock.checks import burnin
-    from airlock.checks.devices import bench_devices
+    from airlock.checks.device_plan import bench_devices
 
     devices = bench_devices(torch, 1)[:1]
     on_gpu = devices[0][0].startswith("cuda")
@@ -171,7 +171,7 @@ class Proof:
             from airlock.hw.nvml import healthy_gpu_dict
 
             with open(os.path.join(self.work, "sim.json"), "w") as fh:
-                # the GPU is simulated, so CUDA is too: CPU stand-ins (checks/devices.py)
+                # the GPU is simulated, so CUDA is too: CPU stand-ins (checks/device_plan.py)
                 json.dump({"nodes": {NODE: {"gpus": [healthy_gpu_dict(
                     0, model="NVIDIA H200", memory_mib=143771)], "cuda": {"stand_in": True}}}},
                           fh)

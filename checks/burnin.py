@@ -40,8 +40,8 @@ from typing import Any
 
 from airlock import protocol
 from airlock.checks.base import Outcome, failed, passed, warned
-from airlock.checks.devices import plan as device_plan
-from airlock.checks.devices import unusable
+from airlock.checks.device_plan import plan as device_plan
+from airlock.checks.device_plan import unusable
 from airlock.checks.fleet import fleet_members, fleet_reference, read_fleet
 from airlock.hw.faults import device_arg
 

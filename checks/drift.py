@@ -31,7 +31,7 @@ from typing import Any
 
 from airlock.checks.base import Outcome, failed, passed, skipped, warned
 from airlock.checks.fleet import fleet_members, read_fleet
-from airlock.checks.nvml_checks import snapshot_or_outcome
+from airlock.checks.snapshot import snapshot_or_outcome
 from airlock.config.sections.checks import DRIFT_FACTS
 
 CHECK = "drift"

@@ -22,7 +22,7 @@ from typing import Any
 
 from airlock import collective as dist
 from airlock import proc as proc_mod
-from airlock.checks.allreduce import verdict_allreduce
+from airlock.checks.allreduce_verdict import verdict_allreduce
 from airlock.checks.base import Verdict
 from airlock.collective.params import EXIT_UNMEASURED
 from airlock.hw import faults as faults_mod

@@ -16,8 +16,8 @@ from __future__ import annotations
 import re
 
 from airlock.checks.base import Outcome, failed, inconclusive, passed
-from airlock.checks.nvml_checks import snapshot_or_outcome
 from airlock.checks.registry import HEAVY
+from airlock.checks.snapshot import snapshot_or_outcome
 from airlock.hw import profiles
 
 _GRES_ITEM = re.compile(r"^gpu(?::[^:(]+)?:(\d+)")

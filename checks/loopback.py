@@ -28,7 +28,7 @@ import time
 from typing import Any, NamedTuple
 
 from airlock.checks.base import Outcome, failed, inconclusive, passed, skipped
-from airlock.checks.system import read_rdma_ports
+from airlock.checks.rdma_ports import read_rdma_ports
 
 CHECK = "loopback"
 SEARCH_PATH = "/usr/bin:/usr/local/bin:/opt/amazon/efa/bin:/usr/sbin"

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from airlock.checks.base import Outcome, failed, passed
-from airlock.checks.devices import plan as device_plan
-from airlock.checks.devices import unusable
+from airlock.checks.device_plan import plan as device_plan
+from airlock.checks.device_plan import unusable
 from airlock.config.sections.checks import MemtestSection
 from airlock.hw.faults import device_arg
 

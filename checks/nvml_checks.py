@@ -17,24 +17,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from airlock.checks.base import Outcome, Verdict, failed, passed, skipped, warned
-from airlock.hw.nvml import Gpu, NvmlError, NvmlTimeout, Snapshot
+from airlock.checks.base import Outcome, failed, passed, skipped, warned
+from airlock.checks.snapshot import gather_failed, snapshot_or_outcome
+from airlock.hw.nvml import Gpu, NvmlError, Snapshot
 from airlock.hw.profiles import node_pci_gpus
 
 
-# --- shared gather -----------------------------------------------------------------------------
-def snapshot_or_outcome(ctx, check: str) -> Snapshot | Outcome:
-    if ctx.attempt > 1:
-        ctx.forget_snapshot()  # a confirmation must re-read the hardware
-    try:
-        return ctx.snapshot
-    except NvmlError as exc:
-        # Each check that needs NVML reports its failure itself: a skip pointing at `nvml`
-        # would pass the node whenever `nvml` is observed. (A hung driver is not waited for
-        # again: nvml.gather refuses at once while the earlier call is still stuck.)
-        return verdict_nvml(None, exc, check=check)
-
-
+# --- shared gather (the snapshot itself: checks/snapshot.py) ----------------------------------
 def alive_gpus_or_outcome(ctx, check: str) -> list[Gpu] | Outcome:
     """The GPUs still on the bus, or the Outcome to return instead (no NVML data, no GPUs)."""
     snap = snapshot_or_outcome(ctx, check)
@@ -59,10 +48,7 @@ def verdict_nvml(snap: Snapshot | None, error: BaseException | None = None,
     """`pci_gpus`: the NVIDIA GPUs on the PCI bus. With NVML absent they make this a GPU node
     whose driver or library is missing, not a CPU node."""
     if error is not None:
-        # The reason reads "airlock: FAIL nvml timeout: ..." (not "nvml nvml timeout").
-        text = str(error).removeprefix("nvml ") if check == "nvml" else str(error)
-        hung = isinstance(error, NvmlTimeout)  # the driver hung: never waited for again
-        return Outcome(check, Verdict.FAIL, text, None, "reboot" if hung else "", timed_out=hung)
+        return gather_failed(error, check)
     assert snap is not None
     if snap.source == "none":
         why = snap.note or "NVML not available"

@@ -3,7 +3,7 @@ profile's floor (p2p_floor_gbps) and against the other pairs, so the slow pair i
 `airlock: FAIL p2p gpu2->gpu5 121.4 GB/s < 335`. A pair without peer access on a profile that
 expects NVLink fails as such.
 
-The devices are the device plan's (checks/devices.py): exactly the CUDA devices matched to
+The devices are the device plan's (checks/device_plan.py): exactly the CUDA devices matched to
 NVML's GPUs on a GPU node, which FAILs here when CUDA cannot use them all. A node without
 GPUs (the `cpu` profile) skips. For the dev cluster's simulated GPUs the pairs are CPU
 stand-ins: host-memory copies, labelled with the plan's kind, judged by the `cpu` profile, at
@@ -22,7 +22,7 @@ import statistics
 from typing import Any, NamedTuple
 
 from airlock.checks.base import Outcome, failed, passed, skipped, warned
-from airlock.checks.pcie_bw import MIB, copy_devices, timed_copies
+from airlock.checks.copies import MIB, copy_devices, timed_copies
 
 CHECK = "p2p"
 

@@ -4,7 +4,7 @@ beside the link NVML reports, so a link trained down (x8 where x16 is expected, 
 generation) is named: `airlock: FAIL pcie_bw gpu3 H2D 24.1 GB/s < 48 (link gen5 x8, expected
 x16)`.
 
-The devices are the device plan's (checks/devices.py): on a GPU node exactly the CUDA devices
+The devices are the device plan's (checks/device_plan.py): on a GPU node exactly the CUDA devices
 matched to NVML's GPUs, one after another (so each copy has the host's root complex to itself,
 as nvbandwidth's host_to_device_memcpy_ce measures it); a GPU node whose GPUs CUDA cannot all
 use FAILs here too, never falls back. A node without GPUs (the `cpu` profile)
@@ -23,17 +23,13 @@ inside the timed region.
 from __future__ import annotations
 
 import statistics
-import time
 from typing import Any, NamedTuple
 
 from airlock.checks.base import Outcome, failed, passed, skipped, warned
-from airlock.checks.devices import DevicePlan, unusable
-from airlock.checks.devices import plan as device_plan
-from airlock.checks.nvml_checks import snapshot_or_outcome
+from airlock.checks.copies import MIB, copy_devices, timed_copies
 from airlock.hw.faults import device_arg
 
 CHECK = "pcie_bw"
-MIB = 1 << 20
 DIRECTIONS = ("h2d", "d2h")
 
 
@@ -132,74 +128,6 @@ def link_of(gpu, want_gen: int, want_width: int) -> Link:
 
 
 # --- measuring -------------------------------------------------------------------------------
-def timed_copies(torch, dst, src, iters: int, sync: list[str], factor: float = 1.0) -> float:
-    """GB/s of `iters` copies src -> dst (after one untimed). With a GPU among `sync`: wall
-    clock between device synchronisations. Host copies (CPU devices, stand-ins; the check runs
-    them on one torch thread, single_threaded()) are timed in the thread's CPU time, so other
-    processes on a busy host do not make a device look slow. factor < 1 (a fault switch): the
-    device loses the rest of the time (asleep on a GPU, spinning on the CPU, whose clock
-    counts only the CPU it uses)."""
-    on_gpu = any(d.startswith("cuda") for d in sync)
-    clock = time.perf_counter if on_gpu else time.thread_time
-    dst.copy_(src, non_blocking=True)
-    _sync(torch, sync)
-    t0 = clock()
-    for _ in range(iters):
-        dst.copy_(src, non_blocking=True)
-    _sync(torch, sync)
-    took = clock() - t0
-    if factor < 1.0:
-        lose = took * (1 / factor - 1)
-        if on_gpu:
-            time.sleep(lose)
-        else:
-            end = clock() + lose
-            while clock() < end:
-                pass
-        took = clock() - t0
-    return src.numel() * src.element_size() * iters / max(took, 1e-9) / 1e9
-
-
-def _sync(torch, devices: list[str]) -> None:
-    for d in devices:
-        if d.startswith("cuda"):
-            torch.cuda.synchronize(d)
-
-
-def no_gpus(ctx, check: str) -> Outcome | None:
-    """The outcome for a node with no GPU, none expected (the `cpu` profile): nothing on PCIe or
-    NVLink to measure, so the check skips without starting torch; None otherwise (the device
-    plan decides, and a GPU node whose NVML cannot be read fails there)."""
-    snap = snapshot_or_outcome(ctx, check)
-    if isinstance(snap, Outcome):
-        return None
-    override = ctx.cfg.profile.expected_gpus
-    expected = override if override >= 0 else ctx.profile.gpus
-    if snap.count == 0 and expected == 0:
-        return skipped(check, "no GPUs: no PCIe link or GPU pair to measure")
-    return None
-
-
-def single_threaded(torch) -> None:
-    """Host copies on this thread only: torch's worker threads would spin outside its clock.
-    (The check has a process of its own: nothing else in it is slowed.)"""
-    torch.set_num_threads(1)
-
-
-def copy_devices(ctx, torch, check: str, cpu_devices: int) -> DevicePlan | Outcome:
-    """Where a copy-bandwidth check (this one, p2p) runs: the device plan, or the outcome that
-    ends the check first (no GPU and none expected: skip; GPUs CUDA cannot use: fail)."""
-    none = no_gpus(ctx, check)
-    if none is not None:
-        return none
-    where = device_plan(ctx, torch, cpu_devices)
-    if where.problem:
-        return unusable(check, where)
-    if not where.on_gpu:
-        single_threaded(torch)
-    return where
-
-
 def measure_device(torch, device: str, size_mib: int, iters: int, factor: float) -> tuple[float,
                                                                                            float]:
     n = size_mib * MIB

@@ -50,8 +50,8 @@ CHECKS: tuple[CheckSpec, ...] = (
     # One Slurm call (the fleet's members) and reads of the shared directory, which can hang.
     CheckSpec("drift", HEAVY, "airlock.checks.drift:check_drift", timeout=60),
     # CUDA must see exactly the GPUs NVML lists before any heavy check claims to have run on
-    # them (checks/devices.py); it imports torch and initialises CUDA, which can hang.
-    CheckSpec("cuda", HEAVY, "airlock.checks.devices:check_cuda", isolated=True, timeout=90),
+    # them (checks/cuda.py); it imports torch and initialises CUDA, which can hang.
+    CheckSpec("cuda", HEAVY, "airlock.checks.cuda:check_cuda", isolated=True, timeout=90),
     CheckSpec("burnin", HEAVY, "airlock.checks.burnin:check_burnin", isolated=True,
               timeout_key="burnin.timeout"),
     CheckSpec("memtest", HEAVY, "airlock.checks.memtest:check_memtest", isolated=True,

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 from airlock import proc
 from airlock.admin import render
 from airlock.checks.context import Context
-from airlock.checks.devices import simulated_view
+from airlock.checks.device_plan import simulated_view
 from airlock.config import loader as config_mod
 from airlock.errors import AirlockError
 from airlock.hw import boot, nvml
@@ -393,7 +393,7 @@ def check_torch(python: str = sys.executable, timeout: float = 120,
 
 def judge_torch(seen: dict[str, Any], gpus: Gpus) -> Item:
     """A GPU node needs a torch that can use its GPUs: the heavy checks never fall back to the
-    CPU there (checks/devices.py), so a CPU-only wheel fails every registration."""
+    CPU there (checks/device_plan.py), so a CPU-only wheel fails every registration."""
     version, cuda, n = seen.get("version", "?"), seen.get("cuda"), int(seen.get("devices") or 0)
     build = f"{version} (CUDA {cuda})" if cuda else f"{version}, a CPU-only build"
     if gpus.simulated:

@@ -145,7 +145,7 @@ def healthy_gpus(count: int = 8, model: str = "NVIDIA H100 80GB HBM3") -> list[d
 def sim_node(gpus: int) -> dict[str, Any]:
     """A simulated node's NVML entry. Its GPUs are simulated, so CUDA is declared simulated too
     ("stand_in"): the heavy checks run on CPU stand-ins under the cpu profile, labelled as such
-    (checks/devices.py). Without it they would find no CUDA for the GPUs and fail the node."""
+    (checks/device_plan.py). Without it they would find no CUDA for the GPUs and fail the node."""
     return {"gpus": healthy_gpus(gpus), "cuda": {"stand_in": True}}
 
 

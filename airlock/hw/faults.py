@@ -35,7 +35,7 @@ Switches (name = value: effect):
 Hardware faults for the quick checks (ECC, row remap, XID, NVLink, lost GPU, hung NVML, ...) are
 not switches: they are fields of the node's GPUs in the NVML simulation file (airlock/hw/nvml.py).
 So is CUDA: a node entry's "cuda" says what torch could use of the simulated GPUs
-(checks/devices.py): absent = ask the real torch (a CPU-only torch then sees none and the node
+(checks/device_plan.py): absent = ask the real torch (a CPU-only torch then sees none and the node
 fails `cuda`); {"stand_in": true} = every simulated GPU, run on CPU stand-ins (the dev
 cluster's default); "hide": [INDEX, ...] = those GPUs invisible to CUDA; "error": "TEXT" =
 CUDA's error text (e.g. "CUDA error 802: system not yet initialized").

@@ -7,7 +7,7 @@ zero GPUs (a profile that expects GPUs then fails it with a clear reason). A sim
 one field changed from healthy_gpu_dict(): "ecc_volatile_uncorrected_dram": 2, "remap_pending":
 true, "lost": true, an "nvlink_active" entry false, "xids": [{"xid": 79}], ...; a node's
 "nvml_hang_s" makes its gather hang that long; a node's "cuda" says what CUDA could use of the
-simulated GPUs (airlock/hw/faults.py, checks/devices.py).
+simulated GPUs (airlock/hw/faults.py, checks/device_plan.py).
 
 A hung driver call must not hang the hook: gather() runs under a watchdog thread and raises
 NvmlTimeout, which the `nvml` check reports as its own failure ("nvml timeout"). The stuck thread

@@ -14,8 +14,8 @@ import uuid
 import pytest
 
 from airlock import collective as dist
-from airlock.checks import allreduce, registry
-from airlock.checks.allreduce import verdict_allreduce
+from airlock.checks import allreduce, allreduce_verdict, registry
+from airlock.checks.allreduce_verdict import verdict_allreduce
 from airlock.checks.context import Context
 from airlock.collective import params_for
 from airlock.config import loader as config
@@ -154,9 +154,9 @@ def test_verdict_error_missing_sent_bad_wrong_sum():
 
 
 def test_stragglers_against_the_others():
-    assert allreduce.stragglers({0: 0.8, 1: 0.001}, 0.5) == [0]
-    assert allreduce.stragglers({0: 0.8, 1: 0.7}, 0.5) == []  # everyone: busbw judges
-    assert allreduce.stragglers({0: 0.3, 1: 0.001}, 0.5) == []
+    assert allreduce_verdict.stragglers({0: 0.8, 1: 0.001}, 0.5) == [0]
+    assert allreduce_verdict.stragglers({0: 0.8, 1: 0.7}, 0.5) == []  # everyone: busbw judges
+    assert allreduce_verdict.stragglers({0: 0.3, 1: 0.001}, 0.5) == []
     world = healthy_world(b={"ranks": [rank_report(2, "b"),
                                        rank_report(3, "b", loop_s=0.2, own=0.015)]})
     out = verdict_allreduce(dist.combine(world))

@@ -7,6 +7,7 @@ and airlock.hooks through pyproject's package-dir map, so the tree is staged as 
 from __future__ import annotations
 
 import ast
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -44,13 +45,48 @@ def lint_imports(tree: Path) -> subprocess.CompletedProcess:
 def test_layers_contract_is_kept_and_can_break(tmp_path):
     tree = stage(tmp_path / "ok")
     ok = lint_imports(tree)
-    assert ok.returncode == 0 and "2 kept, 0 broken" in ok.stdout, ok.stdout + ok.stderr
+    assert ok.returncode == 0 and "3 kept, 0 broken" in ok.stdout, ok.stdout + ok.stderr
     # The contract is real: a leaf that imports the runner breaks it.
     bad = stage(tmp_path / "bad")
     with open(bad / "airlock" / "paths.py", "a") as fh:
         fh.write("\nimport airlock.runner  # noqa\n")
     broken = lint_imports(bad)
     assert broken.returncode != 0 and "BROKEN" in broken.stdout, broken.stdout
+
+
+def check_modules() -> set[str]:
+    """The check modules: those checks/registry.py names in a target ("module:function")."""
+    spec = importlib.util.spec_from_file_location("_registry", ROOT / "checks" / "registry.py")
+    assert spec and spec.loader
+    registry = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(registry)
+    return {c.target.partition(":")[0] for c in registry.CHECKS}
+
+
+def independence_contract() -> dict:
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"][
+        "contracts"]
+    found = [c for c in contracts if c["type"] == "independence"
+             and c["name"].startswith("A check never imports another check")]
+    assert len(found) == 1, [c["name"] for c in contracts]
+    return found[0]
+
+
+def test_the_independence_contract_lists_exactly_the_registry_s_check_modules():
+    """A new check module cannot be left out of the contract (nor a removed one kept in it)."""
+    listed = independence_contract()["modules"]
+    assert len(listed) == len(set(listed))
+    assert set(listed) == check_modules()
+
+
+def test_a_check_that_imports_another_check_breaks_the_contract(tmp_path):
+    bad = stage(tmp_path / "cross")
+    with open(bad / "airlock" / "checks" / "p2p.py", "a") as fh:
+        fh.write("\nimport airlock.checks.pcie_bw  # noqa\n")
+    broken = lint_imports(bad)
+    assert broken.returncode != 0, broken.stdout
+    assert "A check never imports another check" in broken.stdout
+    assert "2 kept, 1 broken" in broken.stdout, broken.stdout
 
 
 def imports_of(tree: Path) -> dict[str, set[str]]:

@@ -14,9 +14,11 @@ import json
 import pytest
 
 from airlock.checks import allreduce as allreduce_check
-from airlock.checks import burnin, devices, memtest
+from airlock.checks import burnin, device_plan, memtest
+from airlock.checks import cuda as cuda_check
 from airlock.checks.context import Context
-from airlock.checks.devices import CudaDevice, CudaView, match, verdict_cuda
+from airlock.checks.cuda import verdict_cuda
+from airlock.checks.device_plan import CudaDevice, CudaView, match
 from airlock.config import loader as config
 from airlock.hw import faults, nvml
 
@@ -27,7 +29,7 @@ def gpus(n: int = 8) -> list[nvml.Gpu]:
 
 def dev(i: int, uuid: str = "", pci: str = "") -> CudaDevice:
     g = nvml.healthy_gpu_dict(i)
-    return CudaDevice(i, g["name"], devices.norm_uuid(uuid or g["uuid"]),
+    return CudaDevice(i, g["name"], device_plan.norm_uuid(uuid or g["uuid"]),
                       nvml.pci_key(pci or g["pci_bus_id"]))
 
 
@@ -85,7 +87,7 @@ def _ctx(tmp_path, cuda: dict | None, node_gpus: int = 8, fault: str = "") -> Co
 
 
 @pytest.mark.parametrize("check", [burnin.check_burnin, memtest.check_memtest,
-                                   allreduce_check.check_allreduce, devices.check_cuda])
+                                   allreduce_check.check_allreduce, cuda_check.check_cuda])
 def test_a_gpu_node_without_usable_cuda_fails_every_heavy_check(tmp_path, check):
     """NVML shows 8 H100s, torch here is a CPU build: no heavy check may pass on the CPU."""
     out = check(_ctx(tmp_path, cuda=None))
@@ -95,7 +97,7 @@ def test_a_gpu_node_without_usable_cuda_fails_every_heavy_check(tmp_path, check)
 
 
 def test_simulated_cuda_error_text_is_named(tmp_path):
-    out = devices.check_cuda(_ctx(tmp_path, cuda={"error": "CUDA error 802: system not yet "
+    out = cuda_check.check_cuda(_ctx(tmp_path, cuda={"error": "CUDA error 802: system not yet "
                                                            "initialized"}))
     assert out.failed and out.detail == ("8 GPUs in NVML, torch sees 0: CUDA error 802: system "
                                          "not yet initialized")
@@ -103,7 +105,7 @@ def test_simulated_cuda_error_text_is_named(tmp_path):
 
 def test_a_hidden_gpu_fails_cuda_and_the_heavy_checks(tmp_path):
     ctx = _ctx(tmp_path, cuda={"stand_in": True, "hide": [5]})
-    out = devices.check_cuda(ctx)
+    out = cuda_check.check_cuda(ctx)
     assert out.failed and "torch sees 7: missing gpu5" in out.detail
     out = burnin.check_burnin(ctx)
     assert out.failed and "GPUs not usable by CUDA: 8 GPUs in NVML, torch sees 7" in out.detail
@@ -111,7 +113,7 @@ def test_a_hidden_gpu_fails_cuda_and_the_heavy_checks(tmp_path):
 
 def test_simulated_cuda_runs_on_labelled_stand_ins_under_the_cpu_profile(tmp_path):
     ctx = _ctx(tmp_path, cuda={"stand_in": True})
-    out = devices.check_cuda(ctx)
+    out = cuda_check.check_cuda(ctx)
     assert out.verdict.value == "pass" and "simulated: CPU stand-ins" in out.detail
     out = burnin.check_burnin(ctx)
     assert not out.failed, out.detail
@@ -122,7 +124,7 @@ def test_simulated_cuda_runs_on_labelled_stand_ins_under_the_cpu_profile(tmp_pat
 
 def test_the_cpu_profile_runs_on_cpu_devices(tmp_path):
     ctx = _ctx(tmp_path, cuda=None, node_gpus=0)
-    assert devices.check_cuda(ctx).verdict.value == "skip"
+    assert cuda_check.check_cuda(ctx).verdict.value == "skip"
     out = burnin.check_burnin(ctx)
     assert not out.failed and out.figures["devices_kind"] == "cpu"
     assert out.figures["profile"] == "cpu"
@@ -131,6 +133,6 @@ def test_the_cpu_profile_runs_on_cpu_devices(tmp_path):
 def test_probe_of_this_cpu_only_torch_names_the_error():
     import torch
 
-    for view in (devices.probe(torch), devices.probe_forked(torch, timeout=60)):
+    for view in (device_plan.probe(torch), device_plan.probe_forked(torch, timeout=60)):
         assert view.devices == ()
         assert view.error == "AssertionError: Torch not compiled with CUDA enabled"

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from airlock.checks import system
+from airlock.checks import rdma_ports, system
 from airlock.checks.base import Verdict
 from airlock.checks.context import Context
 from airlock.config import loader as config
@@ -27,10 +27,10 @@ def ctx_for(tmp_path, **section) -> Context:
 
 
 def test_parsers():
-    assert system.parse_state("4: ACTIVE") == "ACTIVE"
-    assert system.parse_state("1: DOWN\n") == "DOWN"
-    assert system.parse_rate("400 Gb/sec (4X NDR)") == 400
-    assert system.parse_rate("") == 0
+    assert rdma_ports.parse_state("4: ACTIVE") == "ACTIVE"
+    assert rdma_ports.parse_state("1: DOWN\n") == "DOWN"
+    assert rdma_ports.parse_rate("400 Gb/sec (4X NDR)") == 400
+    assert rdma_ports.parse_rate("") == 0
     assert system.parse_meminfo_total_kib("MemTotal:  2113204224 kB\nMemFree: 1 kB\n") \
         == 2113204224
     mounts = system.parse_mounts("fs /shared\\040data nfs4 rw,relatime 0 0\n"
@@ -39,7 +39,7 @@ def test_parsers():
 
 
 def test_rdma_verdicts():
-    P = system.RdmaPort
+    P = rdma_ports.RdmaPort
     ok = [P("mlx5_0", "1", "ACTIVE", 400), P("mlx5_1", "1", "ACTIVE", 400)]
     assert system.verdict_rdma(ok, 2, 400).verdict is Verdict.PASS
     down = [ok[0], P("mlx5_1", "1", "DOWN", 0)]

@@ -1,4 +1,5 @@
-"""Which devices the heavy checks run on: one inventory truth.
+"""Which devices the heavy checks run on: one inventory truth (the `cuda` check, checks/cuda.py,
+judges the same match; every heavy check runs on the plan made from it).
 
 NVML lists the node's GPUs; torch lists the CUDA devices it can use. A heavy check proves only
 what it touched, so the two lists are matched one to one (by UUID, else by PCI bus id) and the
@@ -30,11 +31,9 @@ import signal
 import time
 from typing import Any, NamedTuple
 
-from airlock.checks.base import Outcome, failed, passed, skipped
-from airlock.checks.nvml_checks import snapshot_or_outcome
+from airlock.checks.base import Outcome, failed
 from airlock.hw import nvml, profiles
 
-CHECK = "cuda"
 CUDA, CPU, STAND_IN = "cuda", "cpu", "stand-in"
 PROBE_TIMEOUT_S = 60.0  # cuInit on 8 GPUs takes seconds; one that hangs is the node's trouble
 
@@ -212,21 +211,8 @@ def inventory_problem(nvml_count: int, expected: int, m: Match, view: CudaView) 
     return ""
 
 
-def verdict_cuda(nvml_count: int, expected: int, m: Match, view: CudaView) -> Outcome:
-    figures = {"nvml": nvml_count, "torch": len(view.devices), "matched": len(m.pairs),
-               "expected": expected}
-    if nvml_count == 0 and expected == 0 and not view.devices:
-        return skipped(CHECK, "no GPUs expected or present: heavy checks run on CPU devices")
-    problem = inventory_problem(nvml_count, expected, m, view)
-    if problem:
-        return failed(CHECK, problem, "reboot", **figures)
-    how = " (simulated: CPU stand-ins)" if view.simulated else ""
-    return passed(CHECK, f"{len(m.pairs)} GPUs in NVML matched to CUDA devices{how}",
-                  **figures, devices_kind=STAND_IN if view.simulated else CUDA)
-
-
-# --- the plan and the check ---------------------------------------------------------------------
-def _expected(ctx) -> int:
+# --- the plan -----------------------------------------------------------------------------------
+def expected_gpus(ctx) -> int:
     override = ctx.cfg.profile.expected_gpus
     return override if override >= 0 else ctx.profile.gpus
 
@@ -234,7 +220,7 @@ def _expected(ctx) -> int:
 def plan(ctx, torch, cpu_devices: int, fork: bool = False) -> DevicePlan:
     """The devices a heavy check runs on, and the profile that judges it (module docstring)."""
     snap = ctx.snapshot
-    expected = _expected(ctx)
+    expected = expected_gpus(ctx)
     cpu_profile = profiles.named("cpu", ctx.cfg.profile.dirs)
     if snap.count == 0 and expected == 0:
         cpus = tuple(Device(f"cpu{i}", "cpu") for i in range(cpu_devices))
@@ -255,16 +241,6 @@ def plan(ctx, torch, cpu_devices: int, fork: bool = False) -> DevicePlan:
 def unusable(check: str, p: DevicePlan) -> Outcome:
     """A heavy check on a GPU node whose GPUs CUDA cannot all use: FAIL, never the CPU."""
     return failed(check, f"GPUs not usable by CUDA: {p.problem}", "reboot", **p.figures())
-
-
-def check_cuda(ctx) -> Outcome:
-    import torch  # in the check's own process only
-
-    snap = snapshot_or_outcome(ctx, CHECK)
-    if isinstance(snap, Outcome):
-        return snap
-    view = cuda_view(ctx, torch)
-    return verdict_cuda(snap.count, _expected(ctx), match(snap.gpus, view), view)
 
 
 def bench_devices(torch, cpu_devices: int) -> list[tuple[str, str]]:
