@@ -22,7 +22,7 @@ import json
 import os
 import sys
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any, TextIO
 
 RESULT = "AIRLOCK-RESULT "
@@ -33,12 +33,13 @@ DIST = "AIRLOCK-DIST "
 MAX_LINE = 1000  # bytes with the newline; slurmstepd forwards task output in 1024-byte messages
 
 
-def line(mark: str, payload: dict[str, Any], tag: str = "") -> str:
+def line(mark: str, payload: Mapping[str, Any], tag: str = "") -> str:
     """One marked line (no newline); tag goes between the mark and the JSON (PROGRESS)."""
     return mark + (f"{tag} " if tag else "") + json.dumps(payload)
 
 
-def emit(mark: str, payload: dict[str, Any], stream: TextIO | None = None, tag: str = "") -> None:
+def emit(mark: str, payload: Mapping[str, Any], stream: TextIO | None = None,
+         tag: str = "") -> None:
     """Write one marked line, or its parts when it is longer than MAX_LINE (untagged marks)."""
     out = stream if stream is not None else sys.stdout
     text = line(mark, payload, tag)

@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airlock import protocol
 from airlock.checks import registry
@@ -23,6 +23,9 @@ from airlock.checks.base import Outcome, Verdict, failed, inconclusive, timed_ou
 from airlock.checks.context import Context
 from airlock.config import loader as config_mod
 from airlock.errors import AirlockError, ConfigError, OwnError, SlurmError, Unmeasured
+
+if TYPE_CHECKING:  # the records' types only; the hooks' pass path loads nothing more
+    from airlock.records.types import CheckRecord
 
 Progress = Callable[[str, str, dict[str, Any]], None]
 
@@ -259,7 +262,7 @@ def run_level(cfg, node: str, level: str, only: list[str] | None = None,
               deadline: float | None = None, progress: Progress | None = None,
               ctx: Context | None = None,
               before_check: Callable[[registry.CheckSpec], None] | None = None,
-              ) -> tuple[list[dict[str, Any]], Context]:
+              ) -> tuple[list[CheckRecord], Context]:
     """Run the checks of a level; return (check records, context)."""
     ctx = ctx or Context.create(cfg, node, level)
     for key in ("observe", "enforce"):

@@ -9,9 +9,11 @@ import time
 
 import click
 
-from airlock import finish, ondemand, paths
+from airlock import finish, paths
 from airlock.cli.common import load_config
 from airlock.config.sections import LEVELS
+from airlock.ondemand.report import GroupReport
+from airlock.ondemand.run import run_group
 from airlock.records import report
 from airlock.runner import run_level
 
@@ -33,10 +35,9 @@ def check_cmd(ctx, level, only, profile, node, nodes_expr, partition, feature, w
     """Run a check level on this node (or, with --nodes/--partition/--feature, on a group)."""
     cfg = load_config(ctx)
     if nodes_expr or partition or feature:
-        result = ondemand.run_group(cfg, nodes_expr=nodes_expr, partition=partition,
-                                    feature=feature,
-                                    level=level if level != "quick" else "standard",
-                                    wait_jobs_min=wait_jobs, only=list(only))
+        result = run_group(cfg, nodes_expr=nodes_expr, partition=partition, feature=feature,
+                           level=level if level != "quick" else "standard",
+                           wait_jobs_min=wait_jobs, only=list(only))
         _print_group(result, as_json)
         sys.exit(result.exit_code)
     if profile:
@@ -59,7 +60,7 @@ def check_cmd(ctx, level, only, profile, node, nodes_expr, partition, feature, w
     sys.exit({"fail": 1, "error": 2}.get(run["verdict"], 0))
 
 
-def _print_group(result: ondemand.GroupReport, as_json: bool) -> None:
+def _print_group(result: GroupReport, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=1, sort_keys=True))
         return

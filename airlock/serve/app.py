@@ -4,8 +4,8 @@ Every answer to a bad request is a 4xx whose body is {"error": "<one line>"}; no
 request reaches a shell (an on-demand check is `airlock check` with an argument list), node
 names and run ids are checked against the same patterns as everywhere in Airlock before they
 touch Slurm or a path, and target expressions go through the very function `airlock check`
-uses (airlock.ondemand.select_targets). A failure of the service itself is a 500 with one line;
-its traceback goes to the service's log, never to the client.
+uses (airlock.ondemand.targets.select_targets). A failure of the service itself is a 500 with
+one line; its traceback goes to the service's log, never to the client.
 """
 
 from __future__ import annotations
@@ -24,9 +24,11 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from starlette.exceptions import HTTPException
 
-from airlock import __version__, ondemand
+from airlock import __version__
 from airlock.checks import registry
 from airlock.errors import AirlockError, NodeNotFound, NotFound, SlurmError
+from airlock.ondemand.report import GROUP_CHECK
+from airlock.ondemand.targets import select_targets
 from airlock.paths import NODE_NAME, valid_node_name
 from airlock.records import results
 from airlock.serve import ledger as ledger_routes
@@ -45,7 +47,7 @@ ASSETS = {"console.js": "text/javascript; charset=utf-8",
           "favicon.svg": "image/svg+xml"}
 # What an on-demand check may run: every level's checks but the epilog's (they need a job).
 CHECK_NAMES = sorted({c.name for c in registry.CHECKS if c.levels != (registry.EPILOG,)}
-                     | {ondemand.GROUP_CHECK})
+                     | {GROUP_CHECK})
 # Anything a person or Slurm could call a node, partition or feature, and nothing that is not
 # printable on one line (a NUL could not even become an argument of `airlock check`).
 PRINTABLE = r"[^\x00-\x1f\x7f]*"
@@ -361,7 +363,7 @@ def build(cfg, *, listen_host: str = "127.0.0.1", source: Source | None = None,
         if body.nodes:
             bound_targets(body.nodes, svc.source.latest)
         try:
-            targets = ondemand.select_targets(Slurm.from_config(cfg), body.nodes,
+            targets = select_targets(Slurm.from_config(cfg), body.nodes,
                                               body.partition, body.feature)
         except NodeNotFound as exc:
             raise HttpError(404, str(exc)) from None

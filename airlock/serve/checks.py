@@ -32,7 +32,7 @@ from airlock.errors import AirlockError, NotFound
 from airlock.proc import REAP_S, spawn
 
 FINAL = ("done", "refused", "error")
-EXIT_BUSY = 4  # airlock.ondemand.Busy: another on-demand check holds the reservation
+EXIT_BUSY = 4  # airlock.ondemand.reservation.Busy: another on-demand check holds it
 MAX_PROGRESS = 200
 MAX_LINE = 400
 

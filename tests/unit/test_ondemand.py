@@ -10,7 +10,8 @@ import pytest
 
 from airlock.config import loader as config
 from airlock.errors import ConfigError
-from airlock.ondemand import GroupReport, GroupTarget, _srun_error
+from airlock.ondemand.launch import srun_error
+from airlock.ondemand.report import GroupReport, GroupTarget
 
 
 @pytest.mark.parametrize("section, message", [
@@ -45,25 +46,39 @@ def test_report_exit_codes():
 def test_srun_error_names_the_nodes_own_line():
     err = ("srun: error: Task launch for StepId=12.0 failed on node node2: Socket timed out on "
            "send/recv operation\nsrun: error: Application launch failed: Socket timed out\n")
-    assert _srun_error(err, "", "node2", 1) == ("Task launch for StepId=12.0 failed on node "
+    assert srun_error(err, "", "node2", 1) == ("Task launch for StepId=12.0 failed on node "
                                                 "node2: Socket timed out on send/recv operation")
-    assert _srun_error(err, "", "node1", 1) == "Application launch failed: Socket timed out"
-    assert _srun_error("", "", "node1", 255) == "exit 255"
+    assert srun_error(err, "", "node1", 1) == "Application launch failed: Socket timed out"
+    assert srun_error("", "", "node1", 255) == "exit 255"
 
 
 def test_ondemand_does_not_load_click():
     """Orchestration stays below the CLI: the workers srun starts must not need click."""
-    code = "import sys, airlock.ondemand; print('click' in sys.modules)"
+    code = ("import sys, airlock.ondemand.run, airlock.ondemand.worker; "
+            "print('click' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_the_worker_command_line_srun_names_still_runs():
+    """`python -m airlock.ondemand node-worker|group-worker` is in srun's command line
+    (airlock.ondemand.launch): during a rolling upgrade an old controller sruns it on a new
+    node, so the module path must stay runnable whatever the package's layout."""
+    from airlock.ondemand.launch import WORKER_MODULE
+
+    assert WORKER_MODULE == "airlock.ondemand"
+    out = subprocess.run([sys.executable, "-m", WORKER_MODULE, "group-worker", "--help"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "--secret-file" in out.stdout and "--master" in out.stdout
 
 
 def test_nodes_drained_by_others_in_registration_failed_or_down_are_skipped(tmp_path):
     """docs/guide.md, on demand: a node drained by someone else, in registration, already
     failed or not responding is skipped (and named why), never isolated: with only such
     targets no reservation is made, and exit 3 says nothing failed but some were skipped."""
-    from airlock.ondemand import run_group
+    from airlock.ondemand.run import run_group
     from tests.unit.fakeslurm import FakeSlurm
 
     fake = FakeSlurm(tmp_path / "slurm", nodes=())
@@ -96,7 +111,7 @@ def test_only_a_node_s_own_failure_drains_a_run_that_saw_less_is_inconclusive(tm
     import io
 
     from airlock import finish, protocol
-    from airlock.ondemand import GroupTarget, _apply, _local_level
+    from airlock.ondemand.run import _apply, _local_level
     from airlock.slurm.client import Slurm
     from tests.unit.fakeslurm import FakeSlurm
 
@@ -151,13 +166,13 @@ class _Collective:
 
 
 def _search(max_group_tests: int) -> tuple[dict[str, GroupTarget], _Collective]:
-    from airlock.ondemand import _one_group
+    from airlock.ondemand.group import one_group
 
     cfg = config.from_dict({"ondemand": {"max_group_tests": max_group_tests}})
     names = ["a", "b", "c", "d", "e", "f", "g", "h"]
     targets = {n: GroupTarget(n, "127.0.0.1") for n in names}
     tester = _Collective({"c"})
-    _one_group(cfg, tester, targets, names, lambda msg: None)
+    one_group(cfg, tester, targets, names, lambda msg: None)
     return targets, tester
 
 

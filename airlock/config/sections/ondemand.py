@@ -1,4 +1,4 @@
-"""[ondemand]: `airlock check --nodes/--partition/--feature` (airlock/ondemand.py)."""
+"""[ondemand]: `airlock check --nodes/--partition/--feature` (airlock/ondemand/)."""
 
 from __future__ import annotations
 
