@@ -24,6 +24,12 @@ class SlurmUnreachable(SlurmError):
     scontrol's output is read (airlock.slurm.client), so that callers decide by type."""
 
 
+class ReservationExists(SlurmError):
+    """slurmctld refused to create a reservation and has one of that name: typed where the
+    reservation is created (airlock.slurm.client.Slurm.create_reservation), from slurmctld's
+    reservation table, never from the words of the refusal."""
+
+
 class Unmeasured(AirlockError):
     """Airlock could not measure: its files or the shared directory, a secret, the rendezvous,
     a child it could not start. Raised where that happens; whoever catches it records no

@@ -7,7 +7,7 @@ from __future__ import annotations
 import getpass
 import sys
 
-from airlock.errors import AirlockError, SlurmError
+from airlock.errors import AirlockError, ReservationExists, SlurmError
 from airlock.slurm.client import Slurm, collect
 
 
@@ -25,16 +25,14 @@ class Reservation:
 
     def create(self, nodes: list[str], minutes: int) -> None:
         try:
-            self.slurm.scontrol(
-                "create", "reservation", f"ReservationName={self.name}",
-                f"Nodes={collect(nodes)}", "StartTime=now", f"Duration={max(minutes, 1)}",
-                f"Users={getpass.getuser()}", "Flags=MAINT,IGNORE_JOBS")
-        except SlurmError as exc:
-            if "Duplicate reservation name" in str(exc):
-                raise Busy(f"another on-demand check is running (Slurm reservation {self.name} "
-                           "exists); wait for it, or `scontrol delete "
-                           f"ReservationName={self.name}` if it is stale") from None
-            raise
+            self.slurm.create_reservation(
+                self.name, f"Nodes={collect(nodes)}", "StartTime=now",
+                f"Duration={max(minutes, 1)}", f"Users={getpass.getuser()}",
+                "Flags=MAINT,IGNORE_JOBS")
+        except ReservationExists:
+            raise Busy(f"another on-demand check is running (Slurm reservation {self.name} "
+                       "exists); wait for it, or `scontrol delete "
+                       f"ReservationName={self.name}` if it is stale") from None
         self.active = True
 
     def shrink(self, nodes: list[str]) -> None:

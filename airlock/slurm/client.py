@@ -32,7 +32,7 @@ from typing import Any
 
 import hostlist
 
-from airlock.errors import NodeNotFound, SlurmError, SlurmUnreachable
+from airlock.errors import NodeNotFound, ReservationExists, SlurmError, SlurmUnreachable
 from airlock.proc import run as run_child
 from airlock.slurm import reasons
 
@@ -275,6 +275,21 @@ def parse_node_json(text: str | bytes) -> list[Node]:
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
         what = f"{type(exc).__name__}: {exc}".splitlines()[0][:120]
         raise SlurmError(f"unexpected scontrol --json output ({what})") from None
+
+
+def parse_reservation_names(text: str) -> set[str]:
+    """The names in `scontrol [-o] show reservation`'s answer (`No reservations in the system`
+    when there is none): each reservation's record begins with its ReservationName= field."""
+    names = set()
+    for line in text.splitlines():
+        first = line.strip().split(" ", 1)[0]
+        if first.startswith("ReservationName="):
+            name = first.removeprefix("ReservationName=")
+            if not name:
+                raise SlurmError(f"unexpected scontrol output (empty ReservationName=): "
+                                 f"{line[:80]!r}")
+            names.add(name)
+    return names
 
 
 def _json_node(rec: dict[str, Any]) -> Node:
@@ -585,6 +600,30 @@ class Slurm:
             detail = ((err or out).strip().splitlines() or [f"exit {rc}"])[-1]
             raise SlurmError(f"scontrol show node: {detail}")
         return found & set(wanted)
+
+    def reservations(self) -> set[str]:
+        """The names of the reservations slurmctld has now."""
+        return parse_reservation_names(self.scontrol("-o", "show", "reservation"))
+
+    def create_reservation(self, name: str, *fields: str) -> None:
+        """`scontrol create reservation ReservationName=<name> <fields>`. When slurmctld refuses
+        and has a reservation of that name, ReservationExists: decided here, once, from its
+        reservation table read after the refusal, never from the refusal's words (callers
+        decide by type). slurmctld unreachable stays SlurmUnreachable; any other refusal, or a
+        table that cannot be read, is the refusal's SlurmError."""
+        try:
+            self.scontrol("create", "reservation", f"ReservationName={name}", *fields)
+        except SlurmUnreachable:
+            raise
+        except SlurmError as exc:
+            try:
+                exists = name in self.reservations()
+            except SlurmError:
+                raise exc from None
+            if exists:
+                raise ReservationExists(f"scontrol create reservation: reservation {name} "
+                                        "exists") from None
+            raise
 
     def topology(self) -> str:
         """`scontrol show topology`: "" when no topology plugin is configured (or it fails:

@@ -20,6 +20,10 @@ What it does, as 22.05's scontrol does it:
   ALLOCATED+DRAIN: draining), `state=resume` removes it and the reason (22.05 clears it;
   a node that is not drained is refused with `Invalid node state specified`), `state=down`
   sets DOWN; a drain without a reason is refused as Slurm refuses it.
+* `scontrol create reservation ReservationName=R Nodes=... ...` adds R to a reservation table
+  (refused with 22.05's `Error creating the reservation: Duplicate reservation name` when R is
+  there); `scontrol [-o] show reservation` prints the table (one line each with -o), `update
+  ReservationName=R Nodes=...` and `delete ReservationName=R` change it.
 * `scontrol --json ...` is refused as 22.05 refuses it (no --json before 23.02), so the client
   stays on the text reader; `scontrol ping` answers UP.
 * A verb told to fail exits 1 with Slurm's own error text for that verb (slurmctld unreachable
@@ -52,8 +56,12 @@ UNREACHABLE = {
     "update": "slurm_update error: Unable to contact slurm controller (connect failure)",
     "ping": "Slurmctld(primary) at localhost is DOWN",
     "reboot": "slurm_reboot_nodes error: Unable to contact slurm controller (connect failure)",
+    "create": "Error creating the reservation: Unable to contact slurm controller (connect "
+              "failure)",
+    "delete": "Error deleting the reservation: Unable to contact slurm controller (connect "
+              "failure)",
 }
-VERBS = ("show", "update", "ping", "reboot", "sinfo")
+VERBS = ("show", "update", "ping", "reboot", "sinfo", "create", "delete")
 TRIPWIRE_TOOLS = ("scontrol", "sinfo", "squeue", "srun", "sbatch", "salloc", "scancel", "sacct",
                   "sacctmgr", "sreport", "sstat", "strigger")
 
@@ -182,6 +190,17 @@ class FakeSlurm:
                 node["reason_time"] = time.strftime(_TIME)
                 node["reason_user"] = node["reason_user"] or "root"
 
+    def reservations(self) -> dict[str, dict]:
+        """The reservation table: {name: {"nodes", "flags", "users", ...}}."""
+        with self._locked() as state:
+            return dict(state.get("reservations", {}))
+
+    def add_reservation(self, name: str, nodes: str, flags: str = "MAINT") -> None:
+        """A reservation someone else made (an admin, another on-demand run)."""
+        with self._locked() as state:
+            state.setdefault("reservations", {})[name] = {
+                "nodes": nodes, "flags": flags, "users": "root", "duration": "01:00:00"}
+
     def node(self, name: str) -> dict:
         with self._locked() as state:
             return dict(state["nodes"][name])
@@ -304,6 +323,14 @@ def answer(state: dict, tool: str, verb: str, options: list[str], words: list[st
         return 0
     if verb == "show" and words[1:2] == ["node"]:
         return show_node(state, "--future" in options, words[2] if len(words) > 2 else "")
+    if verb == "show" and words[1:2] == ["reservation"]:
+        return show_reservation(state, "-o" in options or "--oneliner" in options)
+    if verb == "create" and words[1:2] == ["reservation"]:
+        return create_reservation(state, words[2:])
+    if verb == "update" and any(w.lower().startswith("reservationname=") for w in words):
+        return update_reservation(state, words[1:], "update")
+    if verb == "delete":
+        return update_reservation(state, words[1:], "delete")
     if verb == "update":
         return update(state, words[1:])
     sys.stderr.write(f"fakeslurm: {' '.join([tool, *options, *words])}: not faked\n")
@@ -330,6 +357,64 @@ def show_node(state: dict, future: bool, expr: str) -> int:
         return 0
     for name in names:
         print(render(nodes[name], state["template"]))
+    return 0
+
+
+def _fields(words: list[str]) -> dict[str, str]:
+    return {k.lower(): v for k, _, v in (w.partition("=") for w in words)}
+
+
+def create_reservation(state: dict, words: list[str]) -> int:
+    fields = _fields(words)
+    table = state.setdefault("reservations", {})
+    name = fields.get("reservationname", "")
+    if any(n not in state["nodes"] for n in expand(fields.get("nodes", ""))):
+        sys.stderr.write("Error creating the reservation: Invalid node name specified\n")
+        return 1
+    if name in table:
+        sys.stderr.write("Error creating the reservation: Duplicate reservation name\n")
+        return 1
+    table[name] = {"nodes": fields.get("nodes", ""), "flags": fields.get("flags", ""),
+                   "users": fields.get("users", ""), "duration": fields.get("duration", "")}
+    print(f"Reservation created: {name}")
+    return 0
+
+
+def update_reservation(state: dict, words: list[str], verb: str) -> int:
+    fields = _fields(words)
+    table = state.setdefault("reservations", {})
+    name = fields.get("reservationname", "")
+    if name not in table:
+        what = "updating" if verb == "update" else "deleting"
+        sys.stderr.write(f"Error {what} the reservation: Requested reservation is invalid\n")
+        return 1
+    if verb == "delete":
+        del table[name]
+    elif "nodes" in fields:
+        table[name]["nodes"] = fields["nodes"]
+    if verb == "update":
+        print("Reservation updated.")
+    return 0
+
+
+def show_reservation(state: dict, oneliner: bool) -> int:
+    """As 22.05 prints it: `No reservations in the system`, or each reservation's fields
+    (with -o on one line, else wrapped over several)."""
+    table = state.get("reservations", {})
+    if not table:
+        print("No reservations in the system")
+        return 0
+    for name, r in table.items():
+        nodes = expand(r["nodes"]) if r["nodes"] else []
+        parts = [f"ReservationName={name} StartTime=2026-01-01T00:00:00 "
+                 f"EndTime=2026-01-01T01:00:00 Duration={r['duration']}",
+                 f"Nodes={r['nodes']} NodeCnt={len(nodes)} CoreCnt={len(nodes)} "
+                 "Features=(null) PartitionName=(null) Flags=" + (r["flags"] or "(null)"),
+                 f"TRES=cpu={len(nodes)}",
+                 f"Users={r['users'] or '(null)'} Groups=(null) Accounts=(null) "
+                 "Licenses=(null) State=ACTIVE BurstBuffer=(null) Watts=n/a",
+                 "MaxStartDelay=(null)"]
+        print(" ".join(parts) if oneliner else "\n   ".join(parts) + "\n")
     return 0
 
 

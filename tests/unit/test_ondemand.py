@@ -190,3 +190,80 @@ def test_ondemand_max_group_tests_bounds_the_search_and_blames_nobody_it_cut_sho
     assert len(tester.runs) <= 3, tester.runs
     assert targets["c"].group != "fail"  # not decided within the budget: never blamed
     assert any(t.group == "inconclusive" for t in targets.values())
+
+
+# --- the lock: a second run is Busy, decided from Slurm's reservation table (issue 24) --------
+def _two_nodes(tmp_path):
+    from tests.unit.fakeslurm import FakeSlurm
+
+    fake = FakeSlurm(tmp_path / "slurm", nodes=["n1", "n2"])
+    cfg = config.from_dict({"state_dir": str(tmp_path / "state"),
+                            "slurm": {"bin_dir": fake.bin_dir}})
+    return fake, cfg
+
+
+def test_a_run_whose_reservation_exists_is_busy_and_changes_nothing(tmp_path):
+    """docs/guide.md: the reservation is the lock. Another run's reservation of the same name:
+    exit 4 (Busy), and neither that reservation nor any node is touched."""
+    from airlock.ondemand.reservation import Busy
+    from airlock.ondemand.run import run_group
+
+    fake, cfg = _two_nodes(tmp_path)
+    fake.add_reservation("airlock_ondemand", "n1")
+    before = fake.reservations()
+    with pytest.raises(Busy, match="another on-demand check is running") as err:
+        run_group(cfg, nodes_expr="n1,n2", echo=lambda _m: None)
+    assert err.value.exit_code == 4
+    assert fake.reservations() == before
+    assert fake.calls("update") == [] and fake.calls("delete") == []
+
+
+def test_busy_is_slurm_s_state_not_the_words_of_its_refusal(tmp_path):
+    """Whether another run holds the lock is decided where Slurm is called, from what slurmctld
+    has (a reservation of that name, airlock.slurm.client raises ReservationExists), never from
+    the words of scontrol's refusal: refused in other words while the reservation is there is
+    Busy; refused with the duplicate's words while no such reservation exists (it ended in
+    between) is Slurm's trouble, a SlurmError, not Busy."""
+    from airlock.errors import SlurmError
+    from airlock.ondemand.reservation import Busy
+    from airlock.ondemand.run import run_group
+
+    fake, cfg = _two_nodes(tmp_path)
+    fake.add_reservation("airlock_ondemand", "n1")
+    fake.fail("create", text="Error creating the reservation: Requested nodes are busy", times=1)
+    with pytest.raises(Busy):
+        run_group(cfg, nodes_expr="n1,n2", echo=lambda _m: None)
+
+    fake, cfg = _two_nodes(tmp_path / "again")
+    fake.fail("create", text="Error creating the reservation: Duplicate reservation name",
+              times=1)
+    with pytest.raises(SlurmError, match="Duplicate reservation name"):
+        run_group(cfg, nodes_expr="n1,n2", echo=lambda _m: None)
+
+
+def test_a_reservation_slurmctld_could_not_be_asked_about_is_not_busy(tmp_path):
+    """slurmctld away while creating: SlurmUnreachable as it came, and no second question."""
+    from airlock.errors import SlurmUnreachable
+    from airlock.slurm.client import Slurm
+
+    fake, _cfg = _two_nodes(tmp_path)
+    fake.fail("create")  # 22.05's words for an unreachable controller
+    with pytest.raises(SlurmUnreachable):
+        Slurm(bin_dir=fake.bin_dir).create_reservation("airlock_ondemand", "Nodes=n1")
+    assert [c["verb"] for c in fake.calls()] == ["create"]
+
+
+@pytest.mark.parametrize("oneliner", [True, False])
+def test_the_reservation_table_is_read_by_name(tmp_path, oneliner):
+    from airlock.slurm.client import parse_reservation_names
+    from tests.unit.fakeslurm import FakeSlurm
+
+    fake = FakeSlurm(tmp_path / "slurm", nodes=["n1", "n2"])
+    flag = ["-o"] if oneliner else []
+    show = [f"{fake.bin_dir}/scontrol", *flag, "show", "reservation"]
+    assert parse_reservation_names(subprocess.run(show, capture_output=True, text=True,
+                                                  check=True).stdout) == set()
+    fake.add_reservation("maint_window", "n1")
+    fake.add_reservation("airlock_ondemand", "n2")
+    text = subprocess.run(show, capture_output=True, text=True, check=True).stdout
+    assert parse_reservation_names(text) == {"maint_window", "airlock_ondemand"}
