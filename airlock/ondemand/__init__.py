@@ -14,10 +14,11 @@ How it works, and why:
   gloo on CPU; rendezvous on the first target). If it fails or is slow, airlock.groups.culprit
   splits the group and re-pairs suspects with known-good nodes, so only the bad node(s) are
   blamed.
-* A node is drained (`airlock: FAIL <check> <detail>`) only on a verdict: its own worker's
-  FAIL, or a culprit confirmed by the group search. A node that gave no verdict of its own
-  (srun could not launch on it, a timeout, an srun error) is inconclusive and never drained:
-  Airlock's or Slurm's trouble must not take a healthy node out of service.
+* A node is drained (`airlock: FAIL <check> <detail>`, by the drain policy in
+  airlock.slurm.drains) only on a verdict: its own worker's FAIL, or a culprit confirmed by the
+  group search. A node that gave no verdict of its own (srun could not launch on it, a
+  timeout, an srun error) is inconclusive and never drained: Airlock's or Slurm's trouble must
+  not take a healthy node out of service.
 * The reservation is deleted, which returns the passing nodes to service. Exit 0: all passed;
   1: some failed; 3: nothing failed but some nodes were skipped or inconclusive.
 

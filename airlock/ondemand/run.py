@@ -14,7 +14,7 @@ from airlock.ondemand.launch import Launcher, srun_error
 from airlock.ondemand.report import GROUP_CHECK, GroupReport, GroupTarget
 from airlock.ondemand.reservation import Reservation
 from airlock.ondemand.targets import select_targets, unusable
-from airlock.slurm import reasons
+from airlock.slurm import drains, reasons
 from airlock.slurm.client import Slurm, collect
 
 
@@ -113,11 +113,13 @@ def _local_level(cfg, launcher: Launcher, targets: dict[str, GroupTarget], ready
 
 
 def _apply(slurm: Slurm, targets: dict[str, GroupTarget], echo) -> None:
+    """Drain each failed target by the drain policy (airlock.slurm.drains.fail): an earlier
+    failure of the node's hardware or a recovery in force stays; a foreign drain is kept."""
     for t in targets.values():
         if t.status != "fail":
             continue
         try:
-            r = slurm.drain(t.name, reasons.failure(t.failed_check, t.detail))
+            r = drains.fail(slurm, t.name, reasons.failure(t.failed_check, t.detail))
             if not r.changed and r.why:
                 t.why = r.why
         except AirlockError as exc:

@@ -267,3 +267,23 @@ def test_the_reservation_table_is_read_by_name(tmp_path, oneliner):
     fake.add_reservation("airlock_ondemand", "n2")
     text = subprocess.run(show, capture_output=True, text=True, check=True).stdout
     assert parse_reservation_names(text) == {"maint_window", "airlock_ondemand"}
+
+
+def test_an_on_demand_failure_drains_by_the_drain_policy_an_earlier_failure_stays(tmp_path):
+    """The drain goes through airlock.slurm.drains.fail, the one drain policy: a failure of the
+    node's hardware drained while the on-demand run was going (its HealthCheckProgram saw 7
+    GPUs) stays the node's story; the run's own failure does not replace it, and says so.
+    A node without a claim in force is drained with the run's failure."""
+    from airlock.ondemand.run import _apply
+    from airlock.slurm.client import Slurm
+    from tests.unit.fakeslurm import FakeSlurm
+
+    fake = FakeSlurm(tmp_path / "slurm", nodes=["n1", "n2"])
+    earlier = "airlock: FAIL gpu_count 7 GPUs"
+    fake.set("n1", flags=["DRAIN"], reason=earlier)
+    targets = {n: GroupTarget(n, "127.0.0.1", status="fail", failed_check="burnin",
+                              detail="slow") for n in ("n1", "n2")}
+    _apply(Slurm(bin_dir=fake.bin_dir), targets, lambda _m: None)
+    assert fake.node("n1")["reason"] == earlier
+    assert targets["n1"].why == f"kept earlier failure {earlier!r}"
+    assert fake.updates() == [["nodename=n2", "state=drain", "reason=airlock: FAIL burnin slow"]]
