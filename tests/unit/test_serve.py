@@ -511,10 +511,10 @@ def test_the_count_is_python_hostlists_expansion(expr):
 
 
 def test_a_check_runs_airlock_check_itself(api):
-    """Against the fake controller, `airlock check` cannot create its reservation (the fake
-    answers `show node` and `update` only): the check ends as an error in the command's own
-    words, through the same process a real one runs in (tests/cluster/test_serve.py runs
-    real ones)."""
+    """Against the fake controller, `airlock check` makes its reservation but has no srun to
+    launch its workers with (the fake is scontrol only): the check ends as an error in the
+    command's own words, through the same process a real one runs in
+    (tests/cluster/test_serve.py runs real ones)."""
     res = api.post("/api/v1/checks", json={"nodes": "node1", "only": ["gpu_count"],
                                            "wait_jobs": 0.5},
                    headers={"Authorization": f"Bearer {CHECK}"})
@@ -526,7 +526,7 @@ def test_a_check_runs_airlock_check_itself(api):
         assert time.monotonic() < deadline
         time.sleep(0.2)
     assert done["state"] == "error" and done["exit_code"] == 2
-    assert "create reservation" in done["error"] and "not faked" in done["error"]
+    assert "srun not found in slurm.bin_dir" in done["error"], done["error"]
     assert api.get("/api/v1/checks/20990101T000000-deadbeef").status_code == 404
     assert api.get("/api/v1/checks/..").status_code in (400, 404)
 
