@@ -202,3 +202,37 @@ def test_a_culprit_is_drained_and_the_job_runs_later_on_healthy_nodes(cluster):
     finally:
         cluster.set_node_sim("node3", faults={})
         cluster.slurm.resume("node3")
+
+
+@pytest.mark.slurm_variants("22.05")
+def test_a_node_whose_own_gemm_is_wrong_fails_alone_and_no_user_code_runs_with_it(cluster):
+    """[preflight] level = "collective+gemm": node2's GEMM (the burn-in's, on its CPU
+    stand-ins) returns a wrong element. node2 is drained with the preflight's gemm reason; node1
+    stops waiting for it and requeues the job; user code never runs on node[1-2]."""
+    ran = cluster.root / "jobs" / "gemm-ran.txt"
+    ran.parent.mkdir(exist_ok=True)
+    cluster.airlock_extra = {**AIRLOCK, "preflight": {**AIRLOCK["preflight"],
+                                                      "level": "collective+gemm"}}
+    cluster.write_airlock_config()
+    cluster.set_node_sim("node2", faults={"gemm_corrupt": "0"})
+    job = None
+    try:
+        job = cluster.sbatch(f'echo "$SLURM_JOB_NODELIST" >> {ran}', "-N2", "-w", "node[1-2]")
+        node = cluster.wait(lambda: (lambda n: n if n.drained else None)(cluster.node("node2")),
+                            200, "node2 drained by its preflight")
+        assert node.reason.startswith("airlock: FAIL preflight gemm "), node.reason
+        assert "checksum off" in node.reason or "mismatches" in node.reason, node.reason
+        cluster.wait(lambda: _preflight(cluster, "node1") and
+                     _preflight(cluster, "node1")["job_id"] == str(job), 120,
+                     "node1's preflight over")
+        log = (cluster.root / "airlock" / "log" / "node1" / "prolog.log").read_text()
+        assert "node2 failed; the job is requeued" in log, log[-2000:]
+        assert not ran.exists() or "node[1-2]" not in ran.read_text().split()
+        assert not cluster.node("node1").drained
+    finally:
+        cluster.set_node_sim("node2", faults={})
+        cluster.airlock_extra = AIRLOCK
+        cluster.write_airlock_config()
+        if job is not None:
+            cluster.run(["scancel", str(job)], check=False)
+        cluster.slurm.resume("node2")

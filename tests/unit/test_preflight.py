@@ -76,7 +76,8 @@ def test_preflight_section_is_validated_at_load():
                      ({"round_timeout": 0}, "round_timeout"),
                      ({"partitions": ["a b"]}, "partitions"),
                      ({"opt_in_comment": "two words"}, "opt_in_comment"),
-                     ({"on_inconclusive": "pause"}, "on_inconclusive")]:
+                     ({"on_inconclusive": "pause"}, "on_inconclusive"),
+                     ({"level": "gemm"}, "level")]:
         with pytest.raises(config_mod.ConfigError, match=rf"\[preflight\] {key}"):
             config_mod.from_dict({"preflight": bad})
 
@@ -290,3 +291,70 @@ def test_the_members_that_passed_learn_the_culprits_only_from_this_meeting_s_ver
     (folder / "verdict.json").write_text(json.dumps(
         {"bad": ["n9"], "good": [], "inconclusive": [], "details": {}}))
     assert m.culprits() == []  # blames a node outside the allocation: not this meeting's
+
+
+# --- the GEMM level ---------------------------------------------------------------------------
+def test_gemm_judge_known_answers():
+    """Only the node's own wrong result (or a GPU below its floor: the burn-in's FAIL) is a
+    culprit; a CPU stand-in below its floor is the burn-in's WARN and passes; a GEMM cut short
+    by the preflight's budget or never run is inconclusive."""
+    g = judge_mod.judge_gemm
+    assert g("fail", "cpu1 fp32 checksum off by 3.1e+00 at (1, 1)") == judge_mod.Decision(
+        judge_mod.CULPRIT, "gemm cpu1 fp32 checksum off by 3.1e+00 at (1, 1)")
+    assert g("fail", "timeout after 12s", timed_out=True).kind == judge_mod.INCONCLUSIVE
+    assert g("warn", "cpu0 fp32 0.01 TFLOPS < floor 0.05") == judge_mod.Decision(
+        judge_mod.PASS, "gemm warning: cpu0 fp32 0.01 TFLOPS < floor 0.05")
+    assert g("pass", "8 devices") == judge_mod.Decision(judge_mod.PASS, "")
+    assert g("error", "not measured: could not start its process").kind == \
+        judge_mod.INCONCLUSIVE
+
+
+def test_gemm_and_collective_combine():
+    D, c = judge_mod.Decision, judge_mod.combine
+    culprit, unseen = D(judge_mod.CULPRIT, "gemm x"), D(judge_mod.INCONCLUSIVE, "gemm y")
+    ok, warn = D(judge_mod.PASS, ""), D(judge_mod.PASS, "gemm warning: slow")
+    bad = D(judge_mod.CULPRIT, "rank 0 sent wrong data")
+    assert c(culprit, ok) == culprit and c(culprit, unseen) == culprit
+    assert c(unseen, ok) == unseen  # a pass that did not see the GPUs is not a pass
+    assert c(ok, bad) == bad and c(unseen, bad) == bad
+    assert c(warn, ok) == warn and c(ok, ok) == ok
+
+
+def test_the_preflight_gemm_is_short_and_one_dtype():
+    from airlock.checks.burnin import PREFLIGHT, PREFLIGHT_GPU_S
+    from airlock.checks.burnin import make_plan as burnin_plan
+
+    cfg = config_mod.from_dict({"burnin": {"dtypes": ["bf16", "fp16"], "duration": 30}}).burnin
+    gpu = burnin_plan(cfg, True, PREFLIGHT)
+    assert (gpu.dtypes, gpu.duration) == (["bf16"], PREFLIGHT_GPU_S)
+    assert burnin_plan(cfg, True, "standard").dtypes == ["bf16", "fp16"]
+    cpu = burnin_plan(cfg, False, PREFLIGHT)
+    assert cpu.dtypes == ["bf16"] and cpu.iterations == cfg.cpu_iterations
+
+
+def test_a_member_whose_gemm_failed_ends_the_others_wait(tmp_path):
+    """Its note in the meeting folder stops the leader and a follower at once (not at the
+    rendezvous timeout), and names it as the member the job must be kept from; an earlier
+    meeting's note, or another node's in its name, counts for nothing."""
+    started = time.time()
+    by = time.monotonic() + 30
+    m3 = Meeting(tmp_path, make_plan("42", "n[1-3]", "n3"), "", started, by, lambda s: None)
+    m3.report_gemm("cpu0 fp32 checksum off by 1e+00 at (1, 1)")
+    out: dict = {}
+    threads = [threading.Thread(target=_meet, args=(tmp_path, make_plan("42", "n[1-3]", me),
+                                                    by, out)) for me in ("n1", "n2")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    # (at the rendezvous timeout they would say "never arrived" / "never formed")
+    assert out == {"n1": "n3 failed its GEMM", "n2": "n3 failed its GEMM"}
+    m1 = Meeting(tmp_path, make_plan("42", "n[1-3]", "n1"), "", started, by, lambda s: None)
+    assert m1.gemm_failed() == ["n3"]
+    folder = tmp_path / ".batches" / m1.plan.batch_id
+    late = Meeting(tmp_path, make_plan("42", "n[1-3]", "n1"), "", time.time() + 60,
+                   time.monotonic(), lambda s: None)
+    assert late.gemm_failed() == []  # an earlier meeting's
+    (folder / "gemm-n2.json").write_text(json.dumps(
+        {"node": "n3", "detail": "x", "time": time.time()}))
+    assert m1.gemm_failed() == ["n3"]  # n2's file naming n3 is not n2's failure

@@ -8,6 +8,7 @@ import math
 from airlock.config.sections import Section, setting
 
 ON_INCONCLUSIVE = ("run", "hold")
+LEVELS = ("collective", "collective+gemm")
 
 
 class PreflightSection(Section):
@@ -29,6 +30,12 @@ class PreflightSection(Section):
         "",
         'when set, a job qualifies only when this word is in its --comment (the user opts in); '
         'with opt_in_feature too, either one opts in; "" = no opt-in needed')
+    level: str = setting(
+        "collective",
+        '"collective": the job\'s all-reduce only; "collective+gemm": first a short verified '
+        'GEMM on each of the node\'s GPUs (the burn-in\'s, judged against the profile\'s TFLOPS '
+        'floors; CPU stand-ins below the floor only warn), a wrong result failing that node '
+        'alone ("airlock: FAIL preflight gemm ...")')
     budget: float = setting(
         90.0,
         "seconds a preflight may add to a job's start, the culprit search included; keep it "
@@ -67,6 +74,8 @@ class PreflightSection(Section):
                 f"budget: {self.budget:g}s leaves no room for one round: it must be at least "
                 f"rendezvous_timeout + round_timeout ({self.rendezvous_timeout:g} + "
                 f"{self.round_timeout:g})")
+        if self.level not in LEVELS:
+            raise ValueError(f"level: must be one of {', '.join(LEVELS)}, got {self.level!r}")
         if self.on_inconclusive not in ON_INCONCLUSIVE:
             raise ValueError(f"on_inconclusive: must be one of {', '.join(ON_INCONCLUSIVE)}, "
                              f"got {self.on_inconclusive!r}")
