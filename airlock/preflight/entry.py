@@ -40,7 +40,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from airlock.preflight.policy import Job, qualifies
+from airlock.preflight.policy import Job, needs_qos, qos_of, qualifies
 
 # Seconds kept back from the time Slurm gives the prolog, for the drain and the run document.
 SPARE_S = 8.0
@@ -52,6 +52,13 @@ def in_prolog(hook, msg: str, env: Mapping[str, str] | None = None) -> tuple[int
     """(rc, message) for the prolog whose quick level passed with msg."""
     job = Job.from_env(os.environ if env is None else env)
     go, why = qualifies(hook.cfg.preflight, job)
+    if not go and needs_qos(hook.cfg.preflight, job):
+        qos, problem = _ask_qos(hook, job.job_id)
+        if problem:  # cannot tell whether the job qualifies: no preflight, nobody drained
+            return 0, f"{msg}; preflight did not see job {job.job_id}: its QOS is unknown " \
+                      f"({problem})"
+        job = job._replace(qos=qos)
+        go, why = qualifies(hook.cfg.preflight, job)
     if not go:
         return 0, msg
     try:
@@ -165,6 +172,17 @@ def run(hook, job: Job) -> tuple[int, str]:
                   f"{_hold(hook, job.job_id)} ({took})"
     return 0, f"preflight did not see job {job.job_id} ({decision.detail}); the job runs " \
               f"([preflight] on_inconclusive = {sec.on_inconclusive}) ({took})"
+
+
+def _ask_qos(hook, job_id: str) -> tuple[str, str]:
+    """(the job's QOS, "") from slurmctld, or ("", why not): Slurm before 26.05 does not give
+    the prolog SLURM_JOB_QOS (airlock.preflight.policy)."""
+    from airlock.errors import SlurmError
+
+    try:
+        return qos_of(hook.slurm().scontrol("-o", "show", "job", job_id)), ""
+    except SlurmError as exc:
+        return "", str(exc)[:160]
 
 
 def _requeue(hook, job_id: str) -> str:

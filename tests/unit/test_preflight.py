@@ -358,3 +358,86 @@ def test_a_member_whose_gemm_failed_ends_the_others_wait(tmp_path):
     (folder / "gemm-n2.json").write_text(json.dumps(
         {"node": "n3", "detail": "x", "time": time.time()}))
     assert m1.gemm_failed() == ["n3"]  # n2's file naming n3 is not n2's failure
+
+
+# --- the QOS filter ---------------------------------------------------------------------------
+def test_only_a_job_that_passes_every_other_filter_needs_its_qos_asked():
+    from airlock.preflight.policy import needs_qos
+
+    sec = section(qos=["high"], partitions=["gpu"])
+    assert needs_qos(sec, job()) is True  # 22.05/24.11: the prolog is not told
+    assert needs_qos(sec, job(qos="low")) is False  # 26.05: told, nothing to ask
+    assert needs_qos(sec, job("n1")) is False  # too small: no Slurm call
+    assert needs_qos(sec, job(partition="cpu")) is False
+    assert needs_qos(section(), job()) is False  # no qos filter
+
+
+def test_qos_of_scontrol_show_job():
+    from airlock.preflight.policy import qos_of
+
+    line = "JobId=7 JobName=wrap UserId=root(0) Priority=1 Nice=0 Account=(null) QOS=high " \
+           "JobState=CONFIGURING"
+    assert qos_of(line) == "high"
+    assert qos_of("JobId=7 QOS=(null) JobState=RUNNING") == ""
+    assert qos_of("slurm_load_jobs error: Invalid job id specified") == ""
+
+
+class _Slurm:
+    def __init__(self, answer):
+        self.answer, self.calls = answer, []
+
+    def scontrol(self, *args):
+        from airlock.errors import SlurmError
+
+        self.calls.append(args)
+        if isinstance(self.answer, Exception):
+            raise SlurmError(str(self.answer))
+        return self.answer
+
+
+class _Hook:
+    def __init__(self, cfg, answer):
+        self.cfg, self.node, self.slurm_ = cfg, "n1", _Slurm(answer)
+
+    def slurm(self):
+        return self.slurm_
+
+
+def test_a_qos_filter_asks_slurmctld_once_where_the_prolog_is_not_told(monkeypatch):
+    """Before 26.05 the prolog has no SLURM_JOB_QOS: a job that passes every other filter has
+    its QOS asked once; a QOS outside the filter, or one slurmctld does not tell, is no
+    preflight (and no drain); a job told its QOS, or too small, costs no call."""
+    from airlock.preflight import entry
+
+    ran = []
+    monkeypatch.setattr(entry, "run", lambda hook, j: (ran.append(j.qos), (0, "ran"))[1])
+    cfg = config_mod.from_dict({"preflight": {"enabled": True, "qos": ["high"]}})
+    env = {"SLURM_JOB_ID": "7", "SLURM_NODELIST": "n[1-2]", "SLURM_JOB_NUM_NODES": "2"}
+    hook = _Hook(cfg, "JobId=7 QOS=high JobState=CONFIGURING")
+    assert entry.in_prolog(hook, "quick pass", env) == (0, "quick pass; ran")
+    assert ran == ["high"] and hook.slurm_.calls == [("-o", "show", "job", "7")]
+    hook = _Hook(cfg, "JobId=7 QOS=normal JobState=CONFIGURING")
+    assert entry.in_prolog(hook, "quick pass", env) == (0, "quick pass")
+    hook = _Hook(cfg, RuntimeError("Unable to contact slurm controller"))
+    rc, msg = entry.in_prolog(hook, "quick pass", env)
+    assert rc == 0 and "its QOS is unknown (Unable to contact slurm controller)" in msg
+    hook = _Hook(cfg, RuntimeError("must not be asked"))
+    assert entry.in_prolog(hook, "quick pass", {**env, "SLURM_JOB_QOS": "high"}) == \
+        (0, "quick pass; ran")
+    assert entry.in_prolog(hook, "quick pass", {**env, "SLURM_NODELIST": "n1",
+                                                "SLURM_JOB_NUM_NODES": "1"}) == (0, "quick pass")
+    assert hook.slurm_.calls == [] and ran == ["high", "high"]
+
+
+def test_doctor_says_per_release_what_a_qos_filter_costs():
+    from airlock.preflight import doctor
+
+    cfg = config_mod.from_dict({"preflight": {"enabled": True, "qos": ["high"]}})
+    conf = {"PrologFlags": "Alloc", "PrologEpilogTimeout": "300"}
+    for version, said in [("22.05.8", "does not give"), ("24.11.5", "does not give"),
+                          ("26.05.5", "gives the prolog SLURM_JOB_QOS")]:
+        got = doctor.items({**conf, "SLURM_VERSION": version}, cfg)
+        assert got[-1][1] == "preflight qos" and said in got[-1][2], (version, got)
+    assert all(n != "preflight qos" for _s, n, _d in doctor.items(
+        {**conf, "SLURM_VERSION": "22.05.8"}, config_mod.from_dict({"preflight": {
+            "enabled": True}})))

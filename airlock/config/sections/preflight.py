@@ -21,7 +21,9 @@ class PreflightSection(Section):
     qos: list[str] = setting(
         factory=list,
         doc="a job qualifies only with one of these QOS ([] = any); read from the prolog's "
-            "SLURM_JOB_QOS, and a job whose prolog is not given its QOS never matches")
+            "SLURM_JOB_QOS (Slurm 26.05+), or before 26.05 asked of slurmctld once "
+            "(`scontrol show job`) for a job that passes every other filter; a job whose QOS "
+            "cannot be learned gets no preflight")
     opt_in_feature: str = setting(
         "",
         'when set, a job qualifies only when its --constraint names this feature (the user '
