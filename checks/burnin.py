@@ -55,6 +55,10 @@ GPU_SIZE = 8192
 TOLERANCE = {"fp32": 1e-4, "tf32": 4e-3, "fp16": 2e-3, "bf16": 1.6e-2}
 CHUNK_SECONDS = 0.5  # GPU: a timed chunk lasts about this long
 CPU_CHUNKS = 8
+# The job preflight's GEMM ([preflight] level = "collective+gemm"): its level name, and the
+# longest it runs on a GPU.
+PREFLIGHT = "preflight"
+PREFLIGHT_GPU_S = 2.0
 WATCHDOG_GRACE = 60.0  # seconds past its planned time before a device counts as hung
 
 Progress = Callable[[dict[str, Any]], None]
@@ -527,10 +531,15 @@ class _Clock:
 
 
 def make_plan(cfg, on_gpu: bool, level: str) -> Plan:
+    """At the preflight level (a job's prolog, airlock.preflight) only the first dtype, for at
+    most PREFLIGHT_GPU_S on a GPU: a sanity check inside the preflight's budget."""
     deep = level == "deep"
+    short = level == PREFLIGHT
     if on_gpu:
-        return Plan(size=cfg.size or GPU_SIZE, dtypes=list(cfg.dtypes),
-                    duration=cfg.deep_duration if deep else cfg.duration)
+        return Plan(size=cfg.size or GPU_SIZE,
+                    dtypes=list(cfg.dtypes)[:1] if short else list(cfg.dtypes),
+                    duration=min(cfg.duration, PREFLIGHT_GPU_S) if short
+                    else cfg.deep_duration if deep else cfg.duration)
     iterations = cfg.cpu_iterations * (2 if deep else 1)
     # A virtual device is one core: one intra-op thread, so its thread's CPU time is the
     # device's time, and the same kernels (so the same result bits) run on every one.
@@ -538,6 +547,8 @@ def make_plan(cfg, on_gpu: bool, level: str) -> Plan:
     # a CI run caught one CPU device 100x slower in it than its twin (a false straggler). The
     # CPU runs the real dtypes only.
     dtypes = [d for d in cfg.dtypes if d != "tf32"] or ["fp32"]
+    if short:
+        dtypes = dtypes[:1]
     return Plan(size=cfg.cpu_size, dtypes=dtypes, iterations=iterations, thread_clock=True)
 
 
@@ -569,8 +580,9 @@ def check_burnin(ctx, progress: Progress | None = None) -> Outcome:
     floors = {k: float(v) for k, v in (profile.get("tflops_floor") or {}).items()}
     fleet: dict[str, float] = {}
     ignored: list[str] = []
+    # The preflight asks no fleet: no Slurm call for it in a job's prolog.
     members = fleet_members(ctx.cfg, ignored) if (on_gpu or cfg.fleet_cpu) and \
-        ctx.cfg.shared_dir else None
+        ctx.cfg.shared_dir and ctx.level != PREFLIGHT else None
     if members is not None:
         others = read_fleet(ctx.cfg.shared_dir, ctx.node, profile.name, ignored=ignored,
                             members=members)

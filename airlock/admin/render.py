@@ -12,6 +12,7 @@ defaults below for each release in COMMITTED; a test fails when they drift apart
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import sys
@@ -135,9 +136,12 @@ def healthcheck_settings(version: tuple[int, int], interval: int = 300,
 def slurm_conf(slurm_version: str, bin_dir: str = DEFAULT_BIN_DIR, interval: int = 300,
                node_state: str = "", prolog_epilog_timeout: int = 60, reboot_program: str = "",
                config: str = DEFAULT_PATH, healthcheck_program: str = "", prolog: str = "",
-               epilog: str = "", scheduler_parameters: str = "") -> str:
+               epilog: str = "", scheduler_parameters: str = "",
+               preflight: tuple[float, float] | None = None) -> str:
     """The fragment for a Slurm release ("26.05"); hooks default to the entry points
-    airlock-healthcheck/-prolog/-epilog."""
+    airlock-healthcheck/-prolog/-epilog. preflight: ([prolog] budget, [preflight] budget) when
+    [preflight] is enabled: PrologFlags=Alloc, and a PrologEpilogTimeout no shorter than both
+    budgets and the preflight's spare seconds (airlock.preflight.doctor checks the same)."""
     try:
         version = slurm_mod.parse_version(slurm_version)
     except AirlockError:
@@ -159,7 +163,16 @@ def slurm_conf(slurm_version: str, bin_dir: str = DEFAULT_BIN_DIR, interval: int
         raise AirlockError(f"scheduler-parameters {scheduler_parameters!r}: a comma-separated "
                            "list without spaces")
     params = [p for p in params if p != NOHOLD] + [NOHOLD]
+    extra: dict[str, Any] = {"preflight": False}
+    if preflight is not None:
+        from airlock.preflight import doctor as preflight_doctor  # only with [preflight] on
+
+        need = math.ceil(sum(preflight) + preflight_doctor.SPARE_S)
+        prolog_epilog_timeout = max(prolog_epilog_timeout, need)
+        extra = {"preflight": True, "preflight_need": need,
+                 "qos_in_prolog": version >= preflight_doctor.QOS_IN_PROLOG}
     return render_template("slurm-airlock.conf.j2", release=slurm_mod.release(version),
+                           **extra,
                            interval=interval, node_state=health["HealthCheckNodeState"],
                            timeout=health.get("HealthCheckTimeout", ""),
                            scheduler_parameters=",".join(params),

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
+
 import click
 
 from airlock.admin import render
 from airlock.config import loader as config_mod
+from airlock.errors import AirlockError
 
 output = click.option("-o", "--output", default=None,
                       help="Write to this file (atomically) instead of stdout.")
@@ -42,7 +45,24 @@ def slurm_conf_cmd(output, slurm_version, **values) -> None:
         slurm_version = render.running_release()
         click.echo(f"airlock render: for Slurm {slurm_version} (the running Slurm's; "
                    "--slurm-version to choose)", err=True)
-    render.write_output(render.slurm_conf(slurm_version, **values), output)
+    render.write_output(render.slurm_conf(slurm_version, preflight=_preflight(values["config"]),
+                                          **values), output)
+
+
+def _preflight(path: str) -> tuple[float, float] | None:
+    """([prolog] budget, [preflight] budget) when the config the hooks read enables
+    [preflight]; None when it does not, is not on this host, or cannot be read (said on
+    stderr)."""
+    if not os.path.exists(path):
+        return None
+    try:
+        cfg = config_mod.load(path)
+    except AirlockError as exc:
+        click.echo(f"airlock render: no [preflight] lines ({exc})", err=True)
+        return None
+    if not cfg.preflight.enabled:
+        return None
+    return cfg.prolog.budget, cfg.preflight.budget
 
 @render_cmd.command("systemd")
 @click.option("--airlock-bin", default="", help="The airlock executable (default: found).")

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from airlock.preflight.entry import SPARE_S
@@ -11,6 +12,28 @@ from airlock.preflight.entry import SPARE_S
 # slurm.conf(5) says imply it (Contain; X11 and RunInJob imply Contain).
 ALLOC_FLAGS = {"alloc", "contain", "x11", "runinjob"}
 UNLIMITED = {"65534", "unlimited", "(null)", "0"}
+# The first release whose slurmd gives the prolog SLURM_JOB_QOS (26.05.0rc1's CHANGELOG: "Add
+# SLURM_JOB_QOS to Prolog/Epilog environment").
+QOS_IN_PROLOG = (26, 5)
+
+
+def qos_item(conf: dict[str, str], cfg: Any) -> tuple[str, str, str] | None:
+    """What a [preflight] qos filter costs on this release (None without one)."""
+    if not cfg.preflight.qos:
+        return None
+    m = re.search(r"(\d+)\.(\d+)", conf.get("SLURM_VERSION", ""))
+    if m is None:
+        return ("WARN", "preflight qos", "Slurm version unknown: the prolog may not be told a "
+                "job's QOS; it then asks slurmctld (`scontrol show job`) once per job that "
+                "passes the other filters")
+    version = (int(m.group(1)), int(m.group(2)))
+    if version >= QOS_IN_PROLOG:
+        return ("OK", "preflight qos", f"Slurm {m.group(0)} gives the prolog SLURM_JOB_QOS: "
+                "the filter costs no Slurm call")
+    return ("OK", "preflight qos", f"Slurm {m.group(0)} does not give the prolog SLURM_JOB_QOS "
+            "(26.05 does): a job that passes every other filter costs one `scontrol show job` "
+            "in each member's prolog, and one whose QOS slurmctld does not tell gets no "
+            "preflight")
 
 
 def items(conf: dict[str, str], cfg: Any) -> list[tuple[str, str, str]]:
@@ -40,4 +63,7 @@ def items(conf: dict[str, str], cfg: Any) -> list[tuple[str, str, str]]:
     else:
         out.append(("OK", "preflight budget", f"{cfg.preflight.budget:g} s within "
                                               f"PrologEpilogTimeout {raw} s"))
+    qos = qos_item(conf, cfg)
+    if qos is not None:
+        out.append(qos)
     return out

@@ -22,6 +22,11 @@ address, meets the others (airlock.preflight.meet), runs the rounds, and:
 
 Every exception is caught here: a preflight never turns Airlock's own trouble into a failed prolog.
 
+With [preflight] level = "collective+gemm" each member first runs a short verified GEMM on its
+own GPUs (checks/burnin.py at the preflight level, in its own process): a wrong result is this
+node's own evidence, so it fails alone ("airlock: FAIL preflight gemm ...") without meeting the
+others, and leaves a note in the meeting folder that makes them stop waiting and requeue the job.
+
 Fault switches for tests (airlock/hw/faults.py's sources; read on the node itself):
   preflight_delay = SECONDS     this member's prolog waits SECONDS before it announces itself
   preflight_secret = unreadable this member is handed a secret file it cannot read
@@ -35,7 +40,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from airlock.preflight.policy import Job, qualifies
+from airlock.preflight.policy import Job, needs_qos, qos_of, qualifies
 
 # Seconds kept back from the time Slurm gives the prolog, for the drain and the run document.
 SPARE_S = 8.0
@@ -47,6 +52,13 @@ def in_prolog(hook, msg: str, env: Mapping[str, str] | None = None) -> tuple[int
     """(rc, message) for the prolog whose quick level passed with msg."""
     job = Job.from_env(os.environ if env is None else env)
     go, why = qualifies(hook.cfg.preflight, job)
+    if not go and needs_qos(hook.cfg.preflight, job):
+        qos, problem = _ask_qos(hook, job.job_id)
+        if problem:  # cannot tell whether the job qualifies: no preflight, nobody drained
+            return 0, f"{msg}; preflight did not see job {job.job_id}: its QOS is unknown " \
+                      f"({problem})"
+        job = job._replace(qos=qos)
+        go, why = qualifies(hook.cfg.preflight, job)
     if not go:
         return 0, msg
     try:
@@ -74,7 +86,9 @@ def run(hook, job: Job) -> tuple[int, str]:
     verdict: dict[str, Any] | None = None
     blamed: list[str] = []
     missed = ""
-    t_met = t0
+    t_met = t_gemm = t0
+    gemm = None  # this node's GEMM decision ([preflight] level = "collective+gemm")
+    meeting = None
     try:
         plan = make_plan(job.job_id, job.nodelist, node, restarts=job.restarts)
         faults = _faults(cfg, node)
@@ -83,23 +97,43 @@ def run(hook, job: Job) -> tuple[int, str]:
             time.sleep(delay)
         if not cfg.shared_dir:
             raise Missed("no shared_dir: the members have nowhere to meet")
-        addr = hook.slurm().node(node).address or "127.0.0.1"
         root = paths.shared_root(cfg.shared_dir)
+        if sec.level == "collective+gemm":
+            gemm = _gemm(cfg, node, deadline - sec.round_timeout)
+            t_gemm = time.monotonic()
+            # the others wait for this member from the end of its GEMM
+            rendezvous_by = min(t_gemm + sec.rendezvous_timeout, deadline)
+            if gemm.kind == judge_mod.CULPRIT:  # no meeting: tell the others, fail alone
+                try:
+                    Meeting(root, plan, "", started, rendezvous_by, hook.log).report_gemm(
+                        gemm.detail)
+                except OSError as exc:
+                    hook.log(f"preflight: the others not told of the GEMM failure: {exc}")
+                raise _GemmFailed
+        addr = hook.slurm().node(node).address or "127.0.0.1"
         meeting = Meeting(root, plan, addr, started, rendezvous_by, hook.log)
         doc = meeting.gather()
         t_met = time.monotonic()
         verdict = _rounds(cfg, hook, plan, root, addr, doc, deadline,
                           unreadable=faults.get("preflight_secret") == "unreadable")
         blamed = meeting.culprits()
+    except _GemmFailed:
+        pass
     except Missed as exc:
         missed = str(exc)
     except Exception as exc:  # a plan refused, a Slurm call, a file, the batch code: own trouble
         missed = f"own error {type(exc).__name__}: {exc}"
+    if meeting is not None:
+        blamed += [n for n in meeting.gemm_failed() if n not in blamed]
     t_coll = time.monotonic()
     if t_met == t0:
         t_met = t_coll
     decision = judge_mod.judge(node, verdict, missed[:200])
-    timings = {"rendezvous": t_met - t0, "collective": t_coll - t_met}
+    if gemm is not None:
+        decision = judge_mod.combine(gemm, decision)
+    timings = {"gemm": t_gemm - t0, "rendezvous": t_met - t_gemm,
+               "collective": t_coll - t_met} if gemm is not None else \
+        {"rendezvous": t_met - t0, "collective": t_coll - t_met}
     try:
         totals = record.bump_totals(cfg, node, decision, time.monotonic() - t0)
     except OSError as exc:  # the totals are a figure: never a reason to spare a culprit's drain
@@ -138,6 +172,17 @@ def run(hook, job: Job) -> tuple[int, str]:
                   f"{_hold(hook, job.job_id)} ({took})"
     return 0, f"preflight did not see job {job.job_id} ({decision.detail}); the job runs " \
               f"([preflight] on_inconclusive = {sec.on_inconclusive}) ({took})"
+
+
+def _ask_qos(hook, job_id: str) -> tuple[str, str]:
+    """(the job's QOS, "") from slurmctld, or ("", why not): Slurm before 26.05 does not give
+    the prolog SLURM_JOB_QOS (airlock.preflight.policy)."""
+    from airlock.errors import SlurmError
+
+    try:
+        return qos_of(hook.slurm().scontrol("-o", "show", "job", job_id)), ""
+    except SlurmError as exc:
+        return "", str(exc)[:160]
 
 
 def _requeue(hook, job_id: str) -> str:
@@ -201,6 +246,27 @@ def _rounds(cfg, hook, plan, root, addr: str, doc: dict[str, Any], deadline: flo
                           secret_file=secret_file)
 
     return batch.run(doc, member)
+
+
+class _GemmFailed(Exception):
+    """This member's own GEMM failed: it meets no one."""
+
+
+def _gemm(cfg, node: str, by: float):
+    """This node's GEMM at the preflight level: the burn-in check in its own process (torch is
+    imported there, never in the prolog), until `by` (time.monotonic()) at the latest."""
+    from airlock.checks import registry
+    from airlock.checks.context import Context
+    from airlock.preflight import judge as judge_mod
+    from airlock.runner import run_isolated
+
+    spec = registry.by_name("burnin")
+    timeout = min(registry.timeout_for(spec, cfg), by - time.monotonic())
+    if timeout < 1.0:
+        return judge_mod.Decision(judge_mod.INCONCLUSIVE,
+                                  "gemm not measured: no time left in the preflight's budget")
+    out = run_isolated(spec, Context.create(cfg, node, "preflight"), timeout)
+    return judge_mod.judge_gemm(out.verdict.value, out.detail, out.timed_out)
 
 
 def _faults(cfg, node: str) -> dict[str, str]:

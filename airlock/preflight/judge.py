@@ -49,3 +49,35 @@ def rc_of(decision: Decision) -> int:
     """The prolog's exit for this member: only a culprit's prolog fails (Slurm then requeues the
     job and keeps the node out); inconclusive lets the job run ([preflight] on_inconclusive)."""
     return 1 if decision.kind == CULPRIT else 0
+
+
+def judge_gemm(verdict: str, detail: str, timed_out: bool = False) -> Decision:
+    """This node's GEMM outcome ([preflight] level = "collective+gemm"; the burn-in check's
+    Outcome at the preflight level: verdict, detail, timed_out) as a decision of its own.
+
+    A wrong result, a device error or a GPU below the profile's floor is the node's own
+    measurement: a culprit ("gemm <what>"). A CPU stand-in below its floor is the burn-in's WARN
+    (never a FAIL there): a pass that keeps the warning. A GEMM the preflight's budget cut short,
+    or one that never ran (ERROR: its process could not start, no time left), did not see the
+    node: inconclusive, never a drain."""
+    if verdict == "fail" and not timed_out:
+        return Decision(CULPRIT, f"gemm {detail}".strip())
+    if verdict == "fail":
+        return Decision(INCONCLUSIVE, f"gemm cut short by the preflight's budget ({detail})")
+    if verdict in ("pass", "warn", "skip"):
+        return Decision(PASS, f"gemm warning: {detail}" if verdict == "warn" else "")
+    return Decision(INCONCLUSIVE, f"gemm not measured: {detail}")
+
+
+def combine(gemm: Decision, collective: Decision) -> Decision:
+    """The node's outcome from its GEMM and the job's collective: a GEMM culprit is a culprit;
+    otherwise the collective decides, except that a pass whose GEMM did not measure is
+    inconclusive (the preflight did not see all of the node); a GEMM warning stays in the
+    detail."""
+    if gemm.kind == CULPRIT:
+        return gemm
+    if collective.kind == PASS and gemm.kind == INCONCLUSIVE:
+        return gemm
+    if collective.kind == PASS and gemm.detail:
+        return Decision(PASS, gemm.detail)
+    return collective

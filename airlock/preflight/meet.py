@@ -6,6 +6,10 @@ rounds (the all-reduce, and on a failure the culprit search) exactly as a regist
     <shared root>/.batches/<batch_id>/here-<node>.json  {node, addr, time}  each member
     <shared root>/.batches/<batch_id>/secret            0600, written by the leader
     <shared root>/.batches/<batch_id>/members.json      {batch, leader, members, addrs, time}
+    <shared root>/.batches/<batch_id>/gemm-<node>.json  {node, detail, time}  a member whose own
+                                                        GEMM failed ([preflight] level =
+                                                        "collective+gemm"): it never announces
+                                                        itself, and the others stop waiting
     then airlock.groups.batch's round-, result- and verdict documents
 
 Unlike a registration batch, the members are not discovered: they are the job's allocation as
@@ -81,6 +85,18 @@ def members_problem(doc: Any, plan: Plan, since: float) -> str:
     return "" if t >= since else "an earlier meeting's"
 
 
+def gemm_problem(doc: Any, node: str, since: float) -> str:
+    """Why doc is not node's GEMM failure of this meeting ("" when it is)."""
+    if not isinstance(doc, dict) or doc.get("node") != node:
+        return "not this node's"
+    if not isinstance(doc.get("detail"), str):
+        return "no detail"
+    t = doc.get("time")
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t):
+        return "time is not a number"
+    return "" if t >= since else "an earlier meeting's"
+
+
 class Missed(Exception):
     """The meeting did not form: the preflight saw nothing (never anyone's failure)."""
 
@@ -117,6 +133,32 @@ class Meeting:
             raise Missed(f"cannot announce {self.plan.me}: {exc}") from None
         return self._lead() if self.plan.leading else self._follow()
 
+    def report_gemm(self, detail: str) -> None:
+        """Tell the others this member's own GEMM failed (so they stop waiting for it and keep
+        the job off this set); OSError when the folder cannot be written."""
+        with self._dir(create=True) as d:
+            d.write_json(f"gemm-{self.plan.me}.json",
+                         {"node": self.plan.me, "detail": detail[:200], "time": time.time()})
+
+    def gemm_failed(self) -> list[str]:
+        """The other members whose own GEMM failed in this meeting ([] when none said so)."""
+        out = []
+        try:
+            with self._dir() as d:
+                names = set(d.files())
+                for n in self.plan.members:
+                    if n == self.plan.me or f"gemm-{n}.json" not in names:
+                        continue
+                    try:
+                        doc = d.read_json(f"gemm-{n}.json")
+                    except (OSError, ValueError):
+                        continue
+                    if not gemm_problem(doc, n, self.since):
+                        out.append(n)
+        except OSError:
+            return []
+        return out
+
     def _lead(self) -> dict[str, Any]:
         try:
             sweep(self.shared_root)
@@ -139,6 +181,9 @@ class Meeting:
                 raise Missed(f"meeting folder unreadable: {exc}") from None
             if len(addrs) == len(self.plan.members):
                 break
+            gone = self.gemm_failed()
+            if gone:
+                raise Missed(f"{', '.join(gone[:5])} failed its GEMM")
             if time.monotonic() >= self.rendezvous_by:
                 late = [n for n in self.plan.members if n not in addrs]
                 raise Missed(f"{len(late)} member(s) never arrived: {', '.join(late[:5])}")
@@ -183,6 +228,9 @@ class Meeting:
                 pass
             except (OSError, ValueError) as exc:
                 seen = str(exc)
+            gone = self.gemm_failed()
+            if gone:
+                raise Missed(f"{', '.join(gone[:5])} failed its GEMM")
             if time.monotonic() >= self.rendezvous_by:
                 extra = f" (last seen: {seen})" if seen else ""
                 raise Missed(f"the leader {self.plan.leader} never formed the meeting{extra}")

@@ -5,9 +5,12 @@ slurmd gives the prolog (no Slurm call, no file) and imports nothing but the sta
 
 slurmd sets SLURM_NODELIST (the allocation; not SLURM_JOB_NODELIST, which only the job itself
 gets) and, from the job's credential, SLURM_JOB_NUM_NODES, SLURM_JOB_PARTITION,
-SLURM_JOB_CONSTRAINTS, SLURM_JOB_COMMENT and SLURM_JOB_RESTART_COUNT. The prolog is not told the
-job's QOS (22.05's slurmd passes none); SLURM_JOB_QOS is read where a site's release or SPANK
-plugin sets it, and a [preflight] qos filter never matches a job whose prolog is not told.
+SLURM_JOB_CONSTRAINTS, SLURM_JOB_COMMENT and SLURM_JOB_RESTART_COUNT. SLURM_JOB_QOS reaches the
+prolog only from Slurm 26.05 on ("Add SLURM_JOB_QOS to Prolog/Epilog environment", 26.05.0rc1;
+22.05's and 24.11's slurmd set none). So with a [preflight] qos filter, a job that passes every
+other filter and whose prolog was not told its QOS is one whose QOS must be asked
+(needs_qos): the prolog then asks slurmctld once (airlock.preflight.entry), and a job that
+qualifies by nothing else never costs that call.
 """
 
 from __future__ import annotations
@@ -85,3 +88,17 @@ def qualifies(section: Any, job: Job) -> tuple[bool, str]:
     if wants and not any(wants):
         return False, "the job did not opt in"
     return True, f"{nodes} nodes"
+
+
+def needs_qos(section: Any, job: Job) -> bool:
+    """Whether only the job's QOS, which its prolog was not told, decides if it qualifies: a
+    qos filter is set, the environment has no SLURM_JOB_QOS, and every other filter passes."""
+    if not section.qos or job.qos:
+        return False
+    return qualifies(section, job._replace(qos=section.qos[0]))[0]
+
+
+def qos_of(show_job: str) -> str:
+    """The QOS in `scontrol -o show job ID`'s line ("" when it names none)."""
+    m = re.search(r"(?:^|\s)QOS=(\S+)", show_job)
+    return m.group(1) if m and m.group(1) not in ("(null)", "N/A") else ""

@@ -6,6 +6,7 @@ an unreadable secret leaves the preflight inconclusive and drains no one."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -120,6 +121,63 @@ def test_a_secret_unreadable_on_one_node_drains_no_one(cluster):
         cluster.set_node_sim("node2", faults={})
 
 
+def _preflight_runs(c, node, job):
+    """Every preflight run document this node keeps for the job (its history)."""
+    out = []
+    for path in (c.root / "airlock" / "state" / node / "results").glob("*.json"):
+        doc = json.loads(path.read_text())
+        if doc.get("level") == "preflight" and doc.get("job_id") == str(job):
+            out.append(doc)
+    return out
+
+
+def test_slurmctld_restarted_during_a_preflight_runs_no_user_code_untested_drains_no_one(cluster):
+    """slurmctld goes away while node1 waits in the meeting, before node2 (late by its fault
+    switch) has asked Slurm for its address, and comes back once node2's preflight is over.
+
+    "No user code on an untested set" under the default policy (on_inconclusive = "run"): every
+    node the job's user code ran on kept, for that job, a preflight run document finished before
+    the user code started, whose verdict is a pass or inconclusive ("error", unseen preflight:
+    the node is still proven by registration and the periodic checks). A FAIL document, a drain
+    or a reason in force anywhere is the false drain this test refuses."""
+    ran = cluster.root / "jobs" / "restart-ran.txt"
+    ran.parent.mkdir(exist_ok=True)
+    meetings = cluster.root / "airlock" / "shared" / ".batches"
+    cluster.set_node_sim("node2", faults={"preflight_delay": "6"})
+    job = None
+    try:
+        job = cluster.sbatch(f'echo "$(date +%s.%N) $SLURM_JOB_NODELIST" >> {ran}', "-N2",
+                             "-w", "node[1-2]")
+        # The synchronisation point: node1 announced itself, so it asked Slurm for its address
+        # and now waits for node2, which sleeps before it asks.
+        cluster.wait(lambda: list(meetings.glob(f"batch-{job}-preflight.r0.*/here-node1.json")),
+                     60, "node1 in the meeting")
+        assert not list(meetings.glob(f"batch-{job}-preflight.r0.*/here-node2.json"))
+        cluster.stop_controller()
+        stopped = time.time()
+        cluster.wait(lambda: _preflight_runs(cluster, "node2", job), 90,
+                     "node2's preflight over while slurmctld is away")
+        cluster.start_controller()
+        _done(cluster, job, 200)
+        runs = {n: _preflight_runs(cluster, n, job) for n in ("node1", "node2")}
+        assert runs["node2"][0]["started_at"] < stopped < runs["node1"][0]["finished_at"], runs
+        for docs in runs.values():
+            for doc in docs:
+                assert doc["verdict"] in ("pass", "error") and not doc["failed_check"], doc
+        lines = ran.read_text().split("\n")
+        assert lines[-1] == "" and len(lines) >= 2, lines
+        for line in lines[:-1]:
+            at, nodelist = line.split()
+            assert nodelist == "node[1-2]", line
+            for node, docs in runs.items():
+                assert any(d["finished_at"] <= float(at) for d in docs), (node, line, docs)
+        _nobody_drained(cluster)
+    finally:
+        cluster.set_node_sim("node2", faults={})
+        if cluster.controller_pid() is None:
+            cluster.start_controller()
+
+
 def test_a_culprit_is_drained_and_the_job_runs_later_on_healthy_nodes(cluster):
     ran = cluster.root / "jobs" / "ran.txt"
     ran.parent.mkdir(exist_ok=True)
@@ -144,3 +202,37 @@ def test_a_culprit_is_drained_and_the_job_runs_later_on_healthy_nodes(cluster):
     finally:
         cluster.set_node_sim("node3", faults={})
         cluster.slurm.resume("node3")
+
+
+@pytest.mark.slurm_variants("22.05")
+def test_a_node_whose_own_gemm_is_wrong_fails_alone_and_no_user_code_runs_with_it(cluster):
+    """[preflight] level = "collective+gemm": node2's GEMM (the burn-in's, on its CPU
+    stand-ins) returns a wrong element. node2 is drained with the preflight's gemm reason; node1
+    stops waiting for it and requeues the job; user code never runs on node[1-2]."""
+    ran = cluster.root / "jobs" / "gemm-ran.txt"
+    ran.parent.mkdir(exist_ok=True)
+    cluster.airlock_extra = {**AIRLOCK, "preflight": {**AIRLOCK["preflight"],
+                                                      "level": "collective+gemm"}}
+    cluster.write_airlock_config()
+    cluster.set_node_sim("node2", faults={"gemm_corrupt": "0"})
+    job = None
+    try:
+        job = cluster.sbatch(f'echo "$SLURM_JOB_NODELIST" >> {ran}', "-N2", "-w", "node[1-2]")
+        node = cluster.wait(lambda: (lambda n: n if n.drained else None)(cluster.node("node2")),
+                            200, "node2 drained by its preflight")
+        assert node.reason.startswith("airlock: FAIL preflight gemm "), node.reason
+        assert "checksum off" in node.reason or "mismatches" in node.reason, node.reason
+        cluster.wait(lambda: _preflight(cluster, "node1") and
+                     _preflight(cluster, "node1")["job_id"] == str(job), 120,
+                     "node1's preflight over")
+        log = (cluster.root / "airlock" / "log" / "node1" / "prolog.log").read_text()
+        assert "node2 failed; the job is requeued" in log, log[-2000:]
+        assert not ran.exists() or "node[1-2]" not in ran.read_text().split()
+        assert not cluster.node("node1").drained
+    finally:
+        cluster.set_node_sim("node2", faults={})
+        cluster.airlock_extra = AIRLOCK
+        cluster.write_airlock_config()
+        if job is not None:
+            cluster.run(["scancel", str(job)], check=False)
+        cluster.slurm.resume("node2")

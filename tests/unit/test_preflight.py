@@ -76,7 +76,8 @@ def test_preflight_section_is_validated_at_load():
                      ({"round_timeout": 0}, "round_timeout"),
                      ({"partitions": ["a b"]}, "partitions"),
                      ({"opt_in_comment": "two words"}, "opt_in_comment"),
-                     ({"on_inconclusive": "pause"}, "on_inconclusive")]:
+                     ({"on_inconclusive": "pause"}, "on_inconclusive"),
+                     ({"level": "gemm"}, "level")]:
         with pytest.raises(config_mod.ConfigError, match=rf"\[preflight\] {key}"):
             config_mod.from_dict({"preflight": bad})
 
@@ -290,3 +291,153 @@ def test_the_members_that_passed_learn_the_culprits_only_from_this_meeting_s_ver
     (folder / "verdict.json").write_text(json.dumps(
         {"bad": ["n9"], "good": [], "inconclusive": [], "details": {}}))
     assert m.culprits() == []  # blames a node outside the allocation: not this meeting's
+
+
+# --- the GEMM level ---------------------------------------------------------------------------
+def test_gemm_judge_known_answers():
+    """Only the node's own wrong result (or a GPU below its floor: the burn-in's FAIL) is a
+    culprit; a CPU stand-in below its floor is the burn-in's WARN and passes; a GEMM cut short
+    by the preflight's budget or never run is inconclusive."""
+    g = judge_mod.judge_gemm
+    assert g("fail", "cpu1 fp32 checksum off by 3.1e+00 at (1, 1)") == judge_mod.Decision(
+        judge_mod.CULPRIT, "gemm cpu1 fp32 checksum off by 3.1e+00 at (1, 1)")
+    assert g("fail", "timeout after 12s", timed_out=True).kind == judge_mod.INCONCLUSIVE
+    assert g("warn", "cpu0 fp32 0.01 TFLOPS < floor 0.05") == judge_mod.Decision(
+        judge_mod.PASS, "gemm warning: cpu0 fp32 0.01 TFLOPS < floor 0.05")
+    assert g("pass", "8 devices") == judge_mod.Decision(judge_mod.PASS, "")
+    assert g("error", "not measured: could not start its process").kind == \
+        judge_mod.INCONCLUSIVE
+
+
+def test_gemm_and_collective_combine():
+    D, c = judge_mod.Decision, judge_mod.combine
+    culprit, unseen = D(judge_mod.CULPRIT, "gemm x"), D(judge_mod.INCONCLUSIVE, "gemm y")
+    ok, warn = D(judge_mod.PASS, ""), D(judge_mod.PASS, "gemm warning: slow")
+    bad = D(judge_mod.CULPRIT, "rank 0 sent wrong data")
+    assert c(culprit, ok) == culprit and c(culprit, unseen) == culprit
+    assert c(unseen, ok) == unseen  # a pass that did not see the GPUs is not a pass
+    assert c(ok, bad) == bad and c(unseen, bad) == bad
+    assert c(warn, ok) == warn and c(ok, ok) == ok
+
+
+def test_the_preflight_gemm_is_short_and_one_dtype():
+    from airlock.checks.burnin import PREFLIGHT, PREFLIGHT_GPU_S
+    from airlock.checks.burnin import make_plan as burnin_plan
+
+    cfg = config_mod.from_dict({"burnin": {"dtypes": ["bf16", "fp16"], "duration": 30}}).burnin
+    gpu = burnin_plan(cfg, True, PREFLIGHT)
+    assert (gpu.dtypes, gpu.duration) == (["bf16"], PREFLIGHT_GPU_S)
+    assert burnin_plan(cfg, True, "standard").dtypes == ["bf16", "fp16"]
+    cpu = burnin_plan(cfg, False, PREFLIGHT)
+    assert cpu.dtypes == ["bf16"] and cpu.iterations == cfg.cpu_iterations
+
+
+def test_a_member_whose_gemm_failed_ends_the_others_wait(tmp_path):
+    """Its note in the meeting folder stops the leader and a follower at once (not at the
+    rendezvous timeout), and names it as the member the job must be kept from; an earlier
+    meeting's note, or another node's in its name, counts for nothing."""
+    started = time.time()
+    by = time.monotonic() + 30
+    m3 = Meeting(tmp_path, make_plan("42", "n[1-3]", "n3"), "", started, by, lambda s: None)
+    m3.report_gemm("cpu0 fp32 checksum off by 1e+00 at (1, 1)")
+    out: dict = {}
+    threads = [threading.Thread(target=_meet, args=(tmp_path, make_plan("42", "n[1-3]", me),
+                                                    by, out)) for me in ("n1", "n2")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    # (at the rendezvous timeout they would say "never arrived" / "never formed")
+    assert out == {"n1": "n3 failed its GEMM", "n2": "n3 failed its GEMM"}
+    m1 = Meeting(tmp_path, make_plan("42", "n[1-3]", "n1"), "", started, by, lambda s: None)
+    assert m1.gemm_failed() == ["n3"]
+    folder = tmp_path / ".batches" / m1.plan.batch_id
+    late = Meeting(tmp_path, make_plan("42", "n[1-3]", "n1"), "", time.time() + 60,
+                   time.monotonic(), lambda s: None)
+    assert late.gemm_failed() == []  # an earlier meeting's
+    (folder / "gemm-n2.json").write_text(json.dumps(
+        {"node": "n3", "detail": "x", "time": time.time()}))
+    assert m1.gemm_failed() == ["n3"]  # n2's file naming n3 is not n2's failure
+
+
+# --- the QOS filter ---------------------------------------------------------------------------
+def test_only_a_job_that_passes_every_other_filter_needs_its_qos_asked():
+    from airlock.preflight.policy import needs_qos
+
+    sec = section(qos=["high"], partitions=["gpu"])
+    assert needs_qos(sec, job()) is True  # 22.05/24.11: the prolog is not told
+    assert needs_qos(sec, job(qos="low")) is False  # 26.05: told, nothing to ask
+    assert needs_qos(sec, job("n1")) is False  # too small: no Slurm call
+    assert needs_qos(sec, job(partition="cpu")) is False
+    assert needs_qos(section(), job()) is False  # no qos filter
+
+
+def test_qos_of_scontrol_show_job():
+    from airlock.preflight.policy import qos_of
+
+    line = "JobId=7 JobName=wrap UserId=root(0) Priority=1 Nice=0 Account=(null) QOS=high " \
+           "JobState=CONFIGURING"
+    assert qos_of(line) == "high"
+    assert qos_of("JobId=7 QOS=(null) JobState=RUNNING") == ""
+    assert qos_of("slurm_load_jobs error: Invalid job id specified") == ""
+
+
+class _Slurm:
+    def __init__(self, answer):
+        self.answer, self.calls = answer, []
+
+    def scontrol(self, *args):
+        from airlock.errors import SlurmError
+
+        self.calls.append(args)
+        if isinstance(self.answer, Exception):
+            raise SlurmError(str(self.answer))
+        return self.answer
+
+
+class _Hook:
+    def __init__(self, cfg, answer):
+        self.cfg, self.node, self.slurm_ = cfg, "n1", _Slurm(answer)
+
+    def slurm(self):
+        return self.slurm_
+
+
+def test_a_qos_filter_asks_slurmctld_once_where_the_prolog_is_not_told(monkeypatch):
+    """Before 26.05 the prolog has no SLURM_JOB_QOS: a job that passes every other filter has
+    its QOS asked once; a QOS outside the filter, or one slurmctld does not tell, is no
+    preflight (and no drain); a job told its QOS, or too small, costs no call."""
+    from airlock.preflight import entry
+
+    ran = []
+    monkeypatch.setattr(entry, "run", lambda hook, j: (ran.append(j.qos), (0, "ran"))[1])
+    cfg = config_mod.from_dict({"preflight": {"enabled": True, "qos": ["high"]}})
+    env = {"SLURM_JOB_ID": "7", "SLURM_NODELIST": "n[1-2]", "SLURM_JOB_NUM_NODES": "2"}
+    hook = _Hook(cfg, "JobId=7 QOS=high JobState=CONFIGURING")
+    assert entry.in_prolog(hook, "quick pass", env) == (0, "quick pass; ran")
+    assert ran == ["high"] and hook.slurm_.calls == [("-o", "show", "job", "7")]
+    hook = _Hook(cfg, "JobId=7 QOS=normal JobState=CONFIGURING")
+    assert entry.in_prolog(hook, "quick pass", env) == (0, "quick pass")
+    hook = _Hook(cfg, RuntimeError("Unable to contact slurm controller"))
+    rc, msg = entry.in_prolog(hook, "quick pass", env)
+    assert rc == 0 and "its QOS is unknown (Unable to contact slurm controller)" in msg
+    hook = _Hook(cfg, RuntimeError("must not be asked"))
+    assert entry.in_prolog(hook, "quick pass", {**env, "SLURM_JOB_QOS": "high"}) == \
+        (0, "quick pass; ran")
+    assert entry.in_prolog(hook, "quick pass", {**env, "SLURM_NODELIST": "n1",
+                                                "SLURM_JOB_NUM_NODES": "1"}) == (0, "quick pass")
+    assert hook.slurm_.calls == [] and ran == ["high", "high"]
+
+
+def test_doctor_says_per_release_what_a_qos_filter_costs():
+    from airlock.preflight import doctor
+
+    cfg = config_mod.from_dict({"preflight": {"enabled": True, "qos": ["high"]}})
+    conf = {"PrologFlags": "Alloc", "PrologEpilogTimeout": "300"}
+    for version, said in [("22.05.8", "does not give"), ("24.11.5", "does not give"),
+                          ("26.05.5", "gives the prolog SLURM_JOB_QOS")]:
+        got = doctor.items({**conf, "SLURM_VERSION": version}, cfg)
+        assert got[-1][1] == "preflight qos" and said in got[-1][2], (version, got)
+    assert all(n != "preflight qos" for _s, n, _d in doctor.items(
+        {**conf, "SLURM_VERSION": "22.05.8"}, config_mod.from_dict({"preflight": {
+            "enabled": True}})))

@@ -252,3 +252,42 @@ def test_systemd_unit_refuses_paths_systemd_would_misread():
     ):
         with _pytest.raises(AirlockError, match=needle):
             systemd_unit("/usr/local/bin/airlock", **kwargs)
+
+
+@pytest.mark.parametrize("release, qos_told", [("22.05", False), ("24.11", False),
+                                               ("26.05", True)])
+def test_preflight_adds_the_slurm_lines_it_needs_per_release(release, qos_told):
+    """[preflight] enabled: PrologFlags=Alloc (every member's prolog at allocation), a
+    PrologEpilogTimeout raised above [prolog] budget + [preflight] budget + the spare seconds,
+    and, before 26.05, the note that a QOS filter costs a Slurm call; off: none of it."""
+    from airlock.preflight.entry import SPARE_S
+
+    plain = _settings(render.slurm_conf(release))
+    assert "PrologFlags" not in plain and plain["PrologEpilogTimeout"] == "60"
+    text = render.slurm_conf(release, preflight=(10.0, 90.0))
+    got = _settings(text)
+    assert got["PrologFlags"] == "Alloc"
+    assert int(got["PrologEpilogTimeout"]) >= 10 + 90 + SPARE_S
+    assert {k: v for k, v in got.items() if k not in ("PrologFlags", "PrologEpilogTimeout")} \
+        == {k: v for k, v in plain.items() if k != "PrologEpilogTimeout"}
+    assert ("does not give the prolog SLURM_JOB_QOS" in text) is not qos_told
+    # a longer timeout the site asked for is kept
+    assert _settings(render.slurm_conf(release, prolog_epilog_timeout=600,
+                                       preflight=(10.0, 90.0)))["PrologEpilogTimeout"] == "600"
+
+
+def test_cli_renders_the_preflight_lines_when_the_config_enables_it(tmp_path):
+    conf = tmp_path / "airlock.toml"
+
+    def run():
+        out = subprocess.run([sys.executable, "-m", "airlock.cli", "render", "slurm-conf",
+                              "--slurm-version", "24.11", "--airlock-config", str(conf)],
+                             capture_output=True, text=True, timeout=30)
+        assert out.returncode == 0, out.stderr
+        return _settings(out.stdout)
+
+    conf.write_text("[preflight]\nenabled = true\nbudget = 150.0\n")
+    got = run()
+    assert got["PrologFlags"] == "Alloc" and int(got["PrologEpilogTimeout"]) >= 168
+    conf.write_text("[preflight]\nenabled = false\n")
+    assert "PrologFlags" not in run()

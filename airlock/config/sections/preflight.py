@@ -8,6 +8,7 @@ import math
 from airlock.config.sections import Section, setting
 
 ON_INCONCLUSIVE = ("run", "hold")
+LEVELS = ("collective", "collective+gemm")
 
 
 class PreflightSection(Section):
@@ -20,7 +21,9 @@ class PreflightSection(Section):
     qos: list[str] = setting(
         factory=list,
         doc="a job qualifies only with one of these QOS ([] = any); read from the prolog's "
-            "SLURM_JOB_QOS, and a job whose prolog is not given its QOS never matches")
+            "SLURM_JOB_QOS (Slurm 26.05+), or before 26.05 asked of slurmctld once "
+            "(`scontrol show job`) for a job that passes every other filter; a job whose QOS "
+            "cannot be learned gets no preflight")
     opt_in_feature: str = setting(
         "",
         'when set, a job qualifies only when its --constraint names this feature (the user '
@@ -29,6 +32,12 @@ class PreflightSection(Section):
         "",
         'when set, a job qualifies only when this word is in its --comment (the user opts in); '
         'with opt_in_feature too, either one opts in; "" = no opt-in needed')
+    level: str = setting(
+        "collective",
+        '"collective": the job\'s all-reduce only; "collective+gemm": first a short verified '
+        'GEMM on each of the node\'s GPUs (the burn-in\'s, judged against the profile\'s TFLOPS '
+        'floors; CPU stand-ins below the floor only warn), a wrong result failing that node '
+        'alone ("airlock: FAIL preflight gemm ...")')
     budget: float = setting(
         90.0,
         "seconds a preflight may add to a job's start, the culprit search included; keep it "
@@ -67,6 +76,8 @@ class PreflightSection(Section):
                 f"budget: {self.budget:g}s leaves no room for one round: it must be at least "
                 f"rendezvous_timeout + round_timeout ({self.rendezvous_timeout:g} + "
                 f"{self.round_timeout:g})")
+        if self.level not in LEVELS:
+            raise ValueError(f"level: must be one of {', '.join(LEVELS)}, got {self.level!r}")
         if self.on_inconclusive not in ON_INCONCLUSIVE:
             raise ValueError(f"on_inconclusive: must be one of {', '.join(ON_INCONCLUSIVE)}, "
                              f"got {self.on_inconclusive!r}")
