@@ -29,6 +29,7 @@ from airlock.serve.checks import CheckRunner, Conflict, RateLimited
 from airlock.serve.security import Guard, Tokens, check_listen, host_of, read_token
 from airlock.slurm.client import Node
 from airlock.status import collect as status
+from tests.unit.procstate import alive
 from tests.unit.recorded import Recorded, check, run_doc
 
 with warnings.catch_warnings():
@@ -714,14 +715,6 @@ def test_stopping_the_service_leaves_no_part_of_a_check_behind(tmp_path):
     pid = int(pidfile.read_text())
     runner.stop(timeout=0.5)
     deadline = _time.monotonic() + 5
-    while _time.monotonic() < deadline and _alive(pid):
+    while _time.monotonic() < deadline and alive(pid):
         _time.sleep(0.05)
-    assert not _alive(pid), "the check's child outlived the service's stop"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split(") ")[-1][:1] != "Z"
-    except FileNotFoundError:
-        return False
+    assert not alive(pid), "the check's child outlived the service's stop"

@@ -8,6 +8,7 @@ import pytest
 
 from airlock.errors import NodeNotFound, SlurmError
 from airlock.slurm.client import Slurm
+from tests.unit.procstate import alive
 
 
 def fake_bin(tmp_path, body: str) -> str:
@@ -109,17 +110,10 @@ def test_a_hung_scontrol_leaves_nothing_behind(tmp_path):
         s.nodes()
     pid = int(pidfile.read_text())
     deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and _alive(pid):
+    while time.monotonic() < deadline and alive(pid):
         time.sleep(0.05)
-    assert not _alive(pid), "scontrol's child outlived the timeout"
+    assert not alive(pid), "scontrol's child outlived the timeout"
 
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split(") ")[-1][:1] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def test_a_reason_with_a_carriage_return_is_read_as_typed(tmp_path):
