@@ -116,16 +116,20 @@ def run_isolated(spec: registry.CheckSpec, ctx: Context, timeout: float,
                  progress: Progress | None = None) -> Outcome:
     import subprocess  # the quick level runs every check in a thread: no process to start
 
-    from airlock.proc import spawn
+    from airlock.forkserver import Unavailable
 
-    argv = [sys.executable, "-m", "airlock.runner", "one", spec.name, "--node", ctx.node,
-            "--level", ctx.level, "--attempt", str(ctx.attempt)]
+    args = ["one", spec.name, "--node", ctx.node, "--level", ctx.level,
+            "--attempt", str(ctx.attempt)]
     env = dict(os.environ)
     env[config_mod.ENV_VAR] = ctx.cfg.path
     env.setdefault("PATH", "/usr/bin:/bin:/usr/sbin:/sbin")
+    started = time.monotonic()
     try:
         # its pipes are read as they come (progress), so only its kill goes through kill_group
-        proc = spawn(argv, env)
+        proc = _start(args, env, ctx.cfg.checks.fork_server, timeout)
+    except subprocess.TimeoutExpired:  # the fork server hung in its imports: so would the check
+        _drop_server()
+        return timed_out(spec.name, timeout)
     except OSError as exc:  # no process, no measurement
         return inconclusive(spec.name, f"not measured: could not start its process: "
                             f"{exc.strerror or exc}")
@@ -140,10 +144,13 @@ def run_isolated(spec: registry.CheckSpec, ctx: Context, timeout: float,
     for t in readers:
         t.start()
     try:
-        proc.wait(timeout=max(0.1, timeout))
+        proc.wait(timeout=max(0.1, timeout - (time.monotonic() - started)))
     except subprocess.TimeoutExpired:
         _kill_group(proc)
         return timed_out(spec.name, timeout)
+    except Unavailable as exc:  # its server died under it: the check was killed, unreported
+        _drop_server()
+        return inconclusive(spec.name, f"not measured: {exc}")
     except BaseException:
         _kill_group(proc)
         raise
@@ -168,7 +175,47 @@ def run_isolated(spec: registry.CheckSpec, ctx: Context, timeout: float,
 def _kill_group(proc) -> None:
     from airlock.proc import kill_group  # (the same)
 
-    kill_group(proc)
+    if hasattr(proc, "kill_group"):  # forked by the server, which reaps it
+        proc.kill_group()
+    else:
+        kill_group(proc)
+
+
+# The process the isolated checks are forked from (airlock/forkserver.py): torch is imported
+# once per suite, not once per check. One per environment; gone with this process.
+PRELOAD = ("torch",)
+_SERVER = None
+
+
+def _start(args: list[str], env: dict[str, str], warm: bool, timeout: float):
+    """`python -m airlock.runner ARGS`: forked from the warm server ([checks] fork_server), or
+    started as a program of its own when there is none (it could not start, or died)."""
+    global _SERVER
+    if warm:
+        from airlock import forkserver
+
+        try:
+            if _SERVER is None or _SERVER.env != env:
+                _drop_server()
+                _SERVER = forkserver.ForkServer(sys.executable, env, PRELOAD)
+            return _SERVER.spawn("airlock.runner", args, env, title=f"check {args[1]}",
+                                 timeout=timeout)
+        except forkserver.Unavailable as exc:
+            _log(f"isolated check started on its own: {exc}")
+            _drop_server()
+    from airlock.proc import spawn
+
+    return spawn([sys.executable, "-m", "airlock.runner", *args], env)
+
+
+def _drop_server() -> None:
+    global _SERVER
+    server, _SERVER = _SERVER, None
+    if server is not None:
+        try:
+            server.close()
+        except Exception:  # already gone: nothing of it to wait for
+            pass
 
 
 def run_check(spec: registry.CheckSpec, ctx: Context, timeout: float,
@@ -272,19 +319,24 @@ def run_level(cfg, node: str, level: str, only: list[str] | None = None,
                               f"{unknown[0]!r} (known: {', '.join(sorted(registry.names()))})")
     records = []
     confirm = cfg.checks.confirm_runs
-    for spec in registry.for_level(level, only):
-        if before_check:
-            before_check(spec)
-        if progress:
-            progress(spec.name, "start", {"timeout": registry.timeout_for(spec, cfg)})
-        started = time.monotonic()
-        outcome, attempts = _run_confirmed(spec, ctx, cfg, deadline, confirm, progress)
-        record = outcome.to_dict()
-        record["duration_s"] = round(time.monotonic() - started, 3)
-        record["attempts"] = attempts
-        records.append(record)
-        if progress:
-            progress(spec.name, "done", record)
+    try:
+        for spec in registry.for_level(level, only):
+            if before_check:
+                before_check(spec)
+            if progress:
+                progress(spec.name, "start", {"timeout": registry.timeout_for(spec, cfg)})
+            started = time.monotonic()
+            outcome, attempts = _run_confirmed(spec, ctx, cfg, deadline, confirm, progress)
+            record = outcome.to_dict()
+            record["duration_s"] = round(time.monotonic() - started, 3)
+            record["attempts"] = attempts
+            records.append(record)
+            if progress:
+                progress(spec.name, "done", record)
+    finally:
+        # the fork server's torch stays in memory no longer than the level's checks need it
+        # (a finished suite may go on trying Slurm for minutes)
+        _drop_server()
     if records:
         watch = observed(cfg, ctx)
         for record in records:

@@ -85,7 +85,7 @@ def test_bad_collective_node_is_found_and_drained_alone(four):
 def test_busy_node_is_waited_for_then_skipped_and_other_jobs_run_undisturbed(four):
     four.start()
     wait_all_resumed(four, ["node1", "node2", "node3", "node4"])
-    busy = four.sbatch("sleep 40", "-w", "node3")
+    busy = four.sbatch("sleep 120", "-w", "node3")
     elsewhere = four.sbatch("sleep 15", "-w", "node4")
     four.wait(lambda: four.job(busy)["JobState"] == "RUNNING"
               and four.job(elsewhere)["JobState"] == "RUNNING", 30, "jobs running")
@@ -98,7 +98,12 @@ def test_busy_node_is_waited_for_then_skipped_and_other_jobs_run_undisturbed(fou
     assert by_node["node3"]["status"] == "skipped" and "busy" in by_node["node3"]["why"]
     assert by_node["node1"]["status"] == by_node["node2"]["status"] == "pass"
     assert waited >= 9  # it did wait --wait-jobs (0.15 min) before giving up on node3
-    assert four.job(busy)["JobState"] == "RUNNING"  # never killed nor requeued
+    # never killed nor requeued (on a loaded host the check can outlast even its 120 s: then it
+    # ended by itself, once)
+    job = four.job(busy)
+    assert job["JobState"] == "RUNNING" or (job["JobState"] == "COMPLETED"
+                                            and job["ExitCode"] == "0:0"), job
+    assert job["Restarts"] == "0", job
     four.wait(lambda: four.job(elsewhere)["JobState"] == "COMPLETED", 60, "other job done")
     assert four.job(elsewhere)["Restarts"] == "0"
     assert not four.node("node3").drained

@@ -271,6 +271,11 @@ def test_hang_through_the_runner_is_killed(tmp_path, monkeypatch):
     spec = registry.by_name("allreduce")
     out = runner.run_check(spec, ctx, registry.timeout_for(spec, cfg))
     assert out.failed and out.detail == "timeout after 4s (rank 0 (n1) stuck at joined)"
+    # the hung check and its ranks are gone at once; the fork server lives on for the level's
+    # next check, and goes when the level ends
+    server = runner._SERVER._proc.pid if runner._SERVER else None
+    assert [p for p in _procs_with(marker) if p != server] == []
+    runner._drop_server()
     assert _procs_with(marker) == []
 
 

@@ -89,6 +89,11 @@ class NvmlSection(Section):
 class CheckDefaults(Section):
     timeout: float = setting(300.0, 'per check, seconds')
     confirm_runs: int = setting(1, 're-runs of a failing check before it counts as a failure')
+    fork_server: bool = setting(
+        True,
+        'fork the isolated checks (the torch ones) from one process that imported torch once '
+        'per suite, instead of starting each as a program of its own (which imports torch '
+        'again: 3.4 s of CPU each on a 2-core machine)')
     observe: list[str] = setting(
         factory=list,
         doc='checks in observe mode: they run, record and show their verdict (status, metrics, '
