@@ -37,6 +37,18 @@ def cluster(slurm_variant):
         yield c
 
 
+def _wait_logged(c, node, text, timeout=120):
+    """Wait for a line of node's prolog log. A member that blames another logs its line only
+    once slurmctld shows the job requeued (preflight/entry.py _requeue), after its run document
+    is stored and after the culprit is drained: a loaded host shows that gap."""
+    log = c.root / "airlock" / "log" / node / "prolog.log"
+    try:
+        c.wait(lambda: log.exists() and text in log.read_text(), timeout,
+               f"{node}'s prolog log: {text!r}")
+    except TimeoutError:
+        raise AssertionError((log.read_text() if log.exists() else "no log")[-2000:]) from None
+
+
 def _preflight(c, node):
     path = c.root / "airlock" / "state" / node / "latest-preflight.json"
     return json.loads(path.read_text()) if path.exists() else None
@@ -190,8 +202,7 @@ def test_a_culprit_is_drained_and_the_job_runs_later_on_healthy_nodes(cluster):
         assert node.reason.startswith("airlock: FAIL preflight "), node.reason
         assert "(node3) sent wrong data" in node.reason and f"(job {job})" in node.reason
         # The members that passed requeued the job themselves before their prologs ended.
-        log = (cluster.root / "airlock" / "log" / "node1" / "prolog.log").read_text()
-        assert "node3 failed; the job is requeued" in log, log[-2000:]
+        _wait_logged(cluster, "node1", "node3 failed; the job is requeued")
         _done(cluster, job, 250)
         lines = ran.read_text().split()
         assert lines == ["node[1-2,4]"], lines  # user code never ran on a set with node3
@@ -225,8 +236,7 @@ def test_a_node_whose_own_gemm_is_wrong_fails_alone_and_no_user_code_runs_with_i
         cluster.wait(lambda: _preflight(cluster, "node1") and
                      _preflight(cluster, "node1")["job_id"] == str(job), 120,
                      "node1's preflight over")
-        log = (cluster.root / "airlock" / "log" / "node1" / "prolog.log").read_text()
-        assert "node2 failed; the job is requeued" in log, log[-2000:]
+        _wait_logged(cluster, "node1", "node2 failed; the job is requeued")
         assert not ran.exists() or "node[1-2]" not in ran.read_text().split()
         assert not cluster.node("node1").drained
     finally:
