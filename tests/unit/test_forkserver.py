@@ -17,6 +17,7 @@ from airlock.checks import registry
 from airlock.checks.base import Verdict
 from airlock.checks.context import Context
 from airlock.config import loader as config
+from airlock.dev.cluster import _ppid  # the dev cluster's reading of /proc/PID/stat
 from airlock.forkserver import ForkServer, Unavailable
 from tests.unit.procstate import alive
 
@@ -188,19 +189,11 @@ def test_a_hung_check_is_killed_at_its_deadline_while_the_server_lives_on(cfg, m
     try:
         assert out.timed_out and out.verdict is Verdict.FAIL, out
         assert server is not None and server._proc.poll() is None
-        kids = [p for p in os.listdir("/proc") if p.isdigit() and _parent(int(p)) ==
+        kids = [p for p in os.listdir("/proc") if p.isdigit() and _ppid(int(p)) ==
                 server._proc.pid]
         assert kids == [], "the hung check outlived its deadline"
     finally:
         runner._drop_server()
-
-
-def _parent(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return int(fh.read().rsplit(") ", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return 0
 
 
 def test_a_server_that_hangs_in_its_imports_is_the_check_s_timeout(cfg, monkeypatch, tmp_path):
